@@ -1,0 +1,1 @@
+"""The command line: one module per command; callbacks parse, call a function, render."""

@@ -1,0 +1,39 @@
+"""The one exception tree. The CLI maps each class to a message and an exit code."""
+
+
+class CronkeeperError(Exception):
+    """Base of every error cronkeeper raises on purpose. ``str(err)`` is the user-facing message."""
+
+    exit_code = 1
+
+
+class UsageError(CronkeeperError):
+    exit_code = 2
+
+
+class ScheduleError(CronkeeperError):
+    """Schedule files are invalid; ``diagnostics`` lists every problem."""
+
+    def __init__(self, message: str, diagnostics: list | None = None) -> None:
+        super().__init__(message)
+        self.diagnostics = diagnostics or []
+
+
+class DatabaseError(CronkeeperError):
+    """The database could not be reached or refused a statement (message carries no password)."""
+
+
+class SchemaBehind(DatabaseError):
+    """The schema is older than this version of cronkeeper expects."""
+
+
+class PoolerDetected(DatabaseError):
+    """The lock connection does not keep one backend across transactions."""
+
+
+class LeadershipLost(CronkeeperError):
+    """This instance is no longer the leader: it must not write another period."""
+
+
+class PermanentError(CronkeeperError):
+    """Raised by a task handler for a failure that no retry can fix: dead-letter at once."""

@@ -1,0 +1,161 @@
+"""Frozen schedule specs: what a schedule file means once it has been validated."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,127}"
+
+
+class Misfire(StrEnum):
+    SKIP = "skip"
+    CATCH_UP = "catch_up"
+    LATEST = "latest"
+
+
+class Overlap(StrEnum):
+    SKIP = "skip"
+    ALLOW = "allow"
+    SERIAL = "serial"
+
+
+# Defaults of §2: the background-job rules (30 s base, factor 2, full jitter, 5 attempts).
+DEFAULT_CATCH_UP_LIMIT = 24 * 3600.0
+DEFAULT_GRACE = 60.0
+DEFAULT_JITTER = 0.0
+DEFAULT_TIMEOUT = 600.0
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_BACKOFF_BASE = 30.0
+DEFAULT_BACKOFF_FACTOR = 2.0
+DEFAULT_BACKOFF_MAX = 3600.0
+MAX_PAYLOAD_BYTES = 8 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    base: float = DEFAULT_BACKOFF_BASE
+    factor: float = DEFAULT_BACKOFF_FACTOR
+    max: float = DEFAULT_BACKOFF_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """One validated schedule. Durations are in seconds. ``payload_json`` is canonical JSON."""
+
+    name: str
+    timezone: str
+    misfire: Misfire
+    cron: str | None = None
+    every: float | None = None
+    catch_up_limit: float = DEFAULT_CATCH_UP_LIMIT
+    overlap: Overlap = Overlap.SKIP
+    task: str | None = None
+    command: tuple[str, ...] | None = None
+    payload_json: str = "{}"
+    grace: float = DEFAULT_GRACE
+    jitter: float = DEFAULT_JITTER
+    timeout: float = DEFAULT_TIMEOUT
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    backoff: Backoff = field(default_factory=Backoff)
+    permanent_exit_codes: tuple[int, ...] = ()
+    owner: str | None = None
+    description: str | None = None
+    # Where it came from; not part of the spec's identity (moving a schedule between files
+    # does not make a new version).
+    file: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return json.loads(self.payload_json)
+
+    @property
+    def task_name(self) -> str:
+        """What the outbox row's ``task`` column says: the task, or ``command`` for argv jobs."""
+        return self.task if self.task is not None else "command"
+
+    def to_json(self) -> dict[str, Any]:
+        """Readable JSON, stored with every schedule version so audits are plain SQL."""
+        return {
+            "name": self.name,
+            "cron": self.cron,
+            "every": self.every,
+            "timezone": self.timezone,
+            "misfire": str(self.misfire),
+            "catch_up_limit": self.catch_up_limit,
+            "overlap": str(self.overlap),
+            "task": self.task,
+            "command": list(self.command) if self.command is not None else None,
+            "payload": self.payload,
+            "grace": self.grace,
+            "jitter": self.jitter,
+            "timeout": self.timeout,
+            "max_attempts": self.max_attempts,
+            "backoff": {
+                "base": self.backoff.base,
+                "factor": self.backoff.factor,
+                "max": self.backoff.max,
+            },
+            "permanent_exit_codes": list(self.permanent_exit_codes),
+            "owner": self.owner,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScheduleSpec:
+        backoff = data.get("backoff") or {}
+        command = data.get("command")
+        return cls(
+            name=data["name"],
+            cron=data.get("cron"),
+            every=data.get("every"),
+            timezone=data["timezone"],
+            misfire=Misfire(data["misfire"]),
+            catch_up_limit=float(data.get("catch_up_limit", DEFAULT_CATCH_UP_LIMIT)),
+            overlap=Overlap(data.get("overlap", "skip")),
+            task=data.get("task"),
+            command=tuple(command) if command is not None else None,
+            payload_json=canonical_json(data.get("payload") or {}),
+            grace=float(data.get("grace", DEFAULT_GRACE)),
+            jitter=float(data.get("jitter", DEFAULT_JITTER)),
+            timeout=float(data.get("timeout", DEFAULT_TIMEOUT)),
+            max_attempts=int(data.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
+            backoff=Backoff(
+                float(backoff.get("base", DEFAULT_BACKOFF_BASE)),
+                float(backoff.get("factor", DEFAULT_BACKOFF_FACTOR)),
+                float(backoff.get("max", DEFAULT_BACKOFF_MAX)),
+            ),
+            permanent_exit_codes=tuple(data.get("permanent_exit_codes") or ()),
+            owner=data.get("owner"),
+            description=data.get("description"),
+        )
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSet:
+    """Every schedule of a directory, by name, and the digest that instances compare."""
+
+    specs: tuple[ScheduleSpec, ...]
+
+    def by_name(self) -> dict[str, ScheduleSpec]:
+        return {s.name: s for s in self.specs}
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for spec in sorted(self.specs, key=lambda s: s.name):
+            h.update(spec.name.encode())
+            h.update(spec.digest.encode())
+        return h.hexdigest()[:16]

@@ -1,0 +1,2 @@
+"""The only package that imports sqlalchemy or psycopg: tables, one function per statement,
+migrations and engines."""

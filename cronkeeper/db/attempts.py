@@ -1,0 +1,146 @@
+"""Statements behind the worker's bookkeeping and the operator commands: worker instances,
+attempts, dead letters (``dlq``) and one period's story (``explain``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from psycopg.rows import dict_row
+
+from cronkeeper.db.outbox import driver
+
+_REGISTER = """
+INSERT INTO instances (cluster, instance_id, kind, host, pid, version, schedules_digest,
+                       tzdata_version, role)
+VALUES (%(cluster)s, %(instance)s, 'worker', %(host)s, %(pid)s, %(version)s, %(digest)s,
+        %(tzdata)s, 'worker')
+ON CONFLICT (cluster, instance_id) DO UPDATE
+SET kind = 'worker', role = 'worker', host = EXCLUDED.host, pid = EXCLUDED.pid,
+    version = EXCLUDED.version, schedules_digest = EXCLUDED.schedules_digest,
+    tzdata_version = EXCLUDED.tzdata_version, started_at = clock_timestamp(),
+    heartbeat_at = clock_timestamp()
+"""
+
+
+def instances_register_worker(
+    conn: sa.Connection, *, cluster: str, instance_id: str, host: str, pid: int,
+    version: str, schedules_digest: str, tzdata_version: str,
+) -> None:
+    params = {
+        "cluster": cluster, "instance": instance_id, "host": host, "pid": pid,
+        "version": version, "digest": schedules_digest, "tzdata": tzdata_version,
+    }
+    driver(conn).execute(_REGISTER, params)
+
+
+_HEARTBEAT = """
+UPDATE instances SET heartbeat_at = clock_timestamp()
+WHERE cluster = %(cluster)s AND instance_id = %(instance)s
+"""
+
+
+def instances_heartbeat(conn: sa.Connection, *, cluster: str, instance_id: str) -> int:
+    return driver(conn).execute(_HEARTBEAT, {"cluster": cluster, "instance": instance_id}).rowcount
+
+
+_DEAD_LIST = """
+SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,
+       payload, owner, max_attempts, scheduled_for, created_at
+FROM outbox
+WHERE state = 'dead'
+  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(older)s::timestamptz IS NULL OR finished_at <= %(older)s)
+  AND (%(newer)s::timestamptz IS NULL OR finished_at >= %(newer)s)
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+ORDER BY finished_at, id
+LIMIT %(limit)s
+"""
+
+
+def outbox_dead_list(
+    conn: sa.Connection, *, schedule: str | None = None, task: str | None = None,
+    dead_before: datetime | None = None, dead_after: datetime | None = None,
+    ids: list[int] | None = None, limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id."""
+    params = {"schedule": schedule, "task": task, "older": dead_before, "newer": dead_after,
+              "ids": ids, "limit": limit}
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_DEAD_LIST, params).fetchall()
+
+
+_DEAD_REPLAY = """
+UPDATE outbox
+SET state = 'available', attempts = 0, run_after = now(), finished_at = NULL,
+    leased_by = NULL, lease_expires_at = NULL
+WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[])
+RETURNING id
+"""
+
+
+def outbox_dead_replay(conn: sa.Connection, ids: list[int]) -> list[int]:
+    """Dead letters back to available, due now, with a fresh attempt budget. ``last_error`` is
+    kept until the next attempt ends; earlier attempts stay in ``attempts`` (numbered on from
+    the highest recorded one, see ``attempts_next_number``)."""
+    return [r[0] for r in driver(conn).execute(_DEAD_REPLAY, {"ids": ids}).fetchall()]
+
+
+_DEAD_DISCARD = "DELETE FROM outbox WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[]) RETURNING id"
+
+
+def outbox_dead_discard(conn: sa.Connection, ids: list[int]) -> list[int]:
+    """Delete dead letters for good (their attempts go with them)."""
+    return [r[0] for r in driver(conn).execute(_DEAD_DISCARD, {"ids": ids}).fetchall()]
+
+
+_ATTEMPTS_RENUMBER = """
+UPDATE attempts a SET attempt = -a.attempt - 1000 * (
+    SELECT count(*) FROM attempts p WHERE p.job_id = a.job_id AND p.attempt < 0)
+WHERE a.job_id = ANY(%(ids)s::bigint[]) AND a.attempt > 0
+"""
+
+
+def attempts_archive(conn: sa.Connection, ids: list[int]) -> None:
+    """Before a replay resets ``outbox.attempts`` to 0, renumber the job's recorded attempts to
+    negative numbers (-1, -2, ... then -1001, ... for a second replay) so the fresh attempts 1..N
+    do not collide with them under UNIQUE (job_id, attempt). ``explain`` lists them by start."""
+    driver(conn).execute(_ATTEMPTS_RENUMBER, {"ids": ids})
+
+
+_JOB_BY_KEY = """
+SELECT id, idempotency_key, schedule, scheduled_for, version_id, task, payload, state, attempts,
+       max_attempts, run_after, created_at, timeout_seconds, backoff, serial, owner, leased_by,
+       lease_expires_at, last_error, finished_at
+FROM outbox WHERE idempotency_key = %(key)s
+"""
+
+
+def outbox_get_by_key(conn: sa.Connection, key: str) -> dict[str, Any] | None:
+    return driver(conn).cursor(row_factory=dict_row).execute(_JOB_BY_KEY, {"key": key}).fetchone()
+
+
+_ATTEMPTS_FOR_JOB = """
+SELECT attempt, worker_id, started_at, finished_at, outcome, error
+FROM attempts WHERE job_id = %(id)s ORDER BY started_at, id
+"""
+
+
+def attempts_for_job(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_ATTEMPTS_FOR_JOB, {"id": job_id}).fetchall()
+
+
+_PERIOD = """
+SELECT p.schedule, p.scheduled_for, p.outcome, p.reason, p.decided_at, p.term, p.version_id,
+       v.digest
+FROM periods p LEFT JOIN schedule_versions v ON v.id = p.version_id
+WHERE p.schedule = %(schedule)s AND p.scheduled_for = %(at)s
+"""
+
+
+def periods_get(conn: sa.Connection, schedule: str, scheduled_for: datetime) -> dict[str, Any] | None:
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_PERIOD, {"schedule": schedule, "at": scheduled_for}).fetchone()

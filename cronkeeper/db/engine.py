@@ -1,0 +1,142 @@
+"""Database URLs, engines and error translation. psycopg 3 is the driver whatever the URL says."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
+
+from cronkeeper.errors import DatabaseError, UsageError
+
+SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# Client-side TCP keepalives: a dead peer is noticed in about idle + interval * count seconds.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
+# Server-side keepalives for the lock session, so PostgreSQL drops a vanished leader's lock.
+SERVER_KEEPALIVES = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+
+
+def check_schema_name(schema: str) -> str:
+    if not SCHEMA_PATTERN.fullmatch(schema):
+        raise UsageError(
+            f"invalid schema name {schema!r}: use lower-case letters, digits and underscores, "
+            "starting with a letter or underscore (at most 63 characters)"
+        )
+    return schema
+
+
+def normalize_url(url: str) -> URL:
+    """Accept postgresql://, postgres:// and postgresql+psycopg://; always drive with psycopg 3."""
+    raw = url.strip()
+    if raw.startswith("postgres://"):
+        raw = "postgresql://" + raw[len("postgres://") :]
+    try:
+        parsed = make_url(raw)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise UsageError(f"cannot parse database URL {redact(url)!r}: {exc}") from None
+    if parsed.get_backend_name() != "postgresql":
+        raise UsageError(
+            f"database URL {redact(url)!r} is not PostgreSQL: use postgresql://user@host:port/db"
+        )
+    return parsed.set(drivername="postgresql+psycopg")
+
+
+def redact(url: str | URL) -> str:
+    """The URL with its password hidden: safe for logs, errors and status."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def conninfo(url: URL, *, options: str = "") -> str:
+    """A libpq conninfo string for a raw psycopg connection (used for the lock session)."""
+    params: dict[str, Any] = {
+        "host": url.host,
+        "port": url.port,
+        "user": url.username,
+        "password": url.password,
+        "dbname": url.database,
+        **KEEPALIVES,
+    }
+    for key, value in url.query.items():
+        params[key] = value if isinstance(value, str) else value[-1]
+    if options:
+        params["options"] = (params.get("options", "") + " " + options).strip()
+    return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+def make_engine(url: URL, schema: str, *, pool_size: int = 5, application_name: str = "cronkeeper") -> sa.Engine:
+    """An engine whose connections resolve cronkeeper's tables through search_path."""
+    check_schema_name(schema)
+    return sa.create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=5,
+        pool_pre_ping=True,
+        connect_args={
+            **KEEPALIVES,
+            "application_name": application_name,
+            "options": f"-c search_path={schema}",
+            "connect_timeout": 10,
+        },
+    )
+
+
+def make_single_engine(url: URL, schema: str, *, application_name: str) -> sa.Engine:
+    """An engine without a pool, for the one long-lived lock connection."""
+    check_schema_name(schema)
+    return sa.create_engine(
+        url,
+        poolclass=NullPool,
+        connect_args={
+            **KEEPALIVES,
+            "application_name": application_name,
+            "options": f"-c search_path={schema} {SERVER_KEEPALIVES}",
+            "connect_timeout": 10,
+        },
+    )
+
+
+def advisory_key(text: str) -> int:
+    """A signed 64-bit advisory lock key: the first 8 bytes of SHA-256 of ``text``."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def leader_lock_key(schema: str, cluster: str) -> int:
+    return advisory_key(f"cronkeeper:{schema}:{cluster}")
+
+
+def migration_lock_key(schema: str) -> int:
+    # A different prefix, so no (schema, cluster) pair can ever produce this key.
+    return advisory_key(f"cronkeeper-migrate:{schema}")
+
+
+def lock_key_parts(key: int) -> tuple[int, int]:
+    """pg_locks shows a bigint advisory key as classid (high 32 bits) and objid (low 32 bits)."""
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    return unsigned >> 32, unsigned & 0xFFFFFFFF
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line message for a driver error, password-free."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return re.sub(r"password=\S+", "password=***", text)
+
+
+@contextlib.contextmanager
+def translate_errors(action: str) -> Iterator[None]:
+    """Turn driver errors into cronkeeper's DatabaseError at the edge of db/."""
+    try:
+        yield
+    except (sa_exc.DBAPIError, sa_exc.OperationalError, psycopg.Error) as exc:
+        raise DatabaseError(f"{action}: {describe(exc)}") from exc

@@ -1,0 +1,168 @@
+"""Statements of the leader election, run on the dedicated lock session (a raw psycopg
+connection in autocommit mode, so each statement's transaction is explicit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from sqlalchemy.engine import URL
+
+from cronkeeper.db.engine import SERVER_KEEPALIVES, check_schema_name, conninfo, lock_key_parts
+
+# True when this session holds the cluster's advisory lock (bigint key: classid/objid, objsubid 1).
+_HOLDS_LOCK = """
+    EXISTS (SELECT 1 FROM pg_locks
+            WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s
+              AND objsubid = 1 AND granted AND pid = pg_backend_pid())
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRow:
+    term: int
+    instance_id: str
+    backend_pid: int
+    since: datetime
+    heartbeat_at: datetime
+    released_at: datetime | None
+    stale_seconds: float
+
+
+def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connection:
+    check_schema_name(schema)
+    return psycopg.connect(
+        conninfo(url, options=f"-c search_path={schema} {SERVER_KEEPALIVES}"),
+        autocommit=True,
+        application_name=application_name,
+        connect_timeout=10,
+    )
+
+
+def backend_pid(conn: psycopg.Connection) -> int:
+    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+
+
+def lock_wait(conn: psycopg.Connection, key: int) -> None:
+    """Block on the lock itself until it is granted (cancel the connection to stop waiting)."""
+    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+
+
+def lock_release(conn: psycopg.Connection, key: int) -> None:
+    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def session_idle_timeout_set(conn: psycopg.Connection, seconds: float) -> None:
+    """The server ends this session (and frees its lock) after ``seconds`` idle: a frozen
+    leader stops answering queries but its kernel still answers keepalives."""
+    conn.execute("SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}",))
+
+
+def leadership_claim(conn: psycopg.Connection, cluster: str, instance_id: str) -> tuple[int, datetime]:
+    """Record a win: the term goes up by one (the fencing token)."""
+    row = conn.execute(
+        """
+        INSERT INTO leadership AS l (cluster, term, instance_id, backend_pid, since, heartbeat_at)
+        VALUES (%(cluster)s, 1, %(instance)s, pg_backend_pid(), clock_timestamp(), clock_timestamp())
+        ON CONFLICT (cluster) DO UPDATE
+           SET term = l.term + 1, instance_id = excluded.instance_id,
+               backend_pid = excluded.backend_pid, since = excluded.since,
+               heartbeat_at = excluded.heartbeat_at, released_at = NULL
+        RETURNING term, since
+        """,
+        {"cluster": cluster, "instance": instance_id},
+    ).fetchone()
+    return row[0], row[1]
+
+
+def leadership_confirm(
+    conn: psycopg.Connection, cluster: str, term: int, key: int
+) -> datetime | None:
+    """Heartbeat and fence in one statement: succeeds (returning the database's now) only while
+    this session still holds the lock and the term is still ours. Run it first in every write
+    transaction of the leader."""
+    classid, objid = lock_key_parts(key)
+    row = conn.execute(
+        f"""
+        UPDATE leadership SET heartbeat_at = clock_timestamp()
+        WHERE cluster = %(cluster)s AND term = %(term)s AND {_HOLDS_LOCK}
+        RETURNING heartbeat_at
+        """,
+        {"cluster": cluster, "term": term, "classid": classid, "objid": objid},
+    ).fetchone()
+    return row[0] if row else None
+
+
+def leadership_release(conn: psycopg.Connection, cluster: str, term: int) -> None:
+    conn.execute(
+        "UPDATE leadership SET released_at = clock_timestamp() WHERE cluster = %s AND term = %s",
+        (cluster, term),
+    )
+
+
+def leadership_get(conn: psycopg.Connection, cluster: str) -> LeaderRow | None:
+    row = conn.execute(
+        """
+        SELECT term, instance_id, backend_pid, since, heartbeat_at, released_at,
+               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8
+        FROM leadership WHERE cluster = %s
+        """,
+        (cluster,),
+    ).fetchone()
+    return LeaderRow(*row) if row else None
+
+
+def leader_depose_stale(
+    conn: psycopg.Connection, cluster: str, key: int, stale_after: float
+) -> int | None:
+    """Terminate the backend of a leader whose heartbeat is older than ``stale_after`` seconds
+    (a frozen process or a stalled tick), which frees its lock. Only the backend recorded with
+    the stale heartbeat is touched, so a leader that has just won is never deposed. Returns the
+    terminated backend pid, or None."""
+    classid, objid = lock_key_parts(key)
+    row = conn.execute(
+        """
+        SELECT l.pid, pg_terminate_backend(l.pid)
+        FROM pg_locks l JOIN leadership ld ON ld.backend_pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.classid = %(classid)s AND l.objid = %(objid)s
+          AND l.objsubid = 1 AND l.granted
+          AND ld.cluster = %(cluster)s AND ld.released_at IS NULL
+          AND ld.heartbeat_at < clock_timestamp() - make_interval(secs => %(stale)s)
+        """,
+        {"classid": classid, "objid": objid, "cluster": cluster, "stale": stale_after},
+    ).fetchone()
+    return row[0] if row and row[1] else None
+
+
+def lock_holder_pid(conn: psycopg.Connection, key: int) -> int | None:
+    classid, objid = lock_key_parts(key)
+    row = conn.execute(
+        """
+        SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s
+          AND objsubid = 1 AND granted
+        """,
+        (classid, objid),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def backend_terminate(conn: psycopg.Connection, pid: int) -> bool:
+    return bool(conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+
+
+def session_is_pinned(conn: psycopg.Connection, probe: psycopg.Connection) -> bool:
+    """True when this connection keeps one backend of its own across transactions.
+
+    Behind a transaction-pooling proxy (PgBouncer, Supavisor) it does not, and a session
+    advisory lock is then orphaned or silently released. With a single client such a proxy
+    tends to hand back the same backend, so a second connection (``probe``) holds a
+    transaction open in between: through a proxy it is given the backend the first one just
+    used, or the first one is moved to another; on a direct connection neither can happen."""
+    with conn.transaction():
+        first = backend_pid(conn)
+    with probe.transaction():
+        other = backend_pid(probe)
+        with conn.transaction():
+            second = backend_pid(conn)
+    return first == second and other != first

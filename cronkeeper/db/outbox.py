@@ -1,0 +1,321 @@
+"""Outbox statements for workers: claim, lease, complete, fail, release. One function per
+statement, bound parameters, executed on the psycopg connection under a SQLAlchemy transaction
+(the caller owns ``with engine.begin() as conn``). Arrays travel in binary (``unnest``), so a
+batch of N jobs is one round trip.
+
+Every state-changing statement on a running job is *fenced*: it matches ``state = 'running'``,
+``leased_by`` and ``attempts`` (the attempt number this worker claimed), so a worker whose lease
+expired and whose job another worker took can no longer complete, fail or release it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+COLUMNS = (
+    "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task, o.payload,"
+    " o.attempts, o.max_attempts, o.timeout_seconds, o.backoff, o.serial"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxJob:
+    """A job this worker holds: ``attempt`` is the attempt number it claimed (from 1)."""
+
+    id: int
+    key: str
+    schedule: str | None
+    scheduled_for: datetime | None
+    version_id: int | None
+    task: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    timeout: float
+    backoff: dict[str, float]
+    serial: bool
+
+
+def driver(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
+    """The psycopg connection under a SQLAlchemy one (or the psycopg connection itself)."""
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    return conn.connection.driver_connection  # type: ignore[return-value]
+
+
+def _jobs(rows: list[tuple]) -> list[OutboxJob]:
+    return [OutboxJob(*row) for row in rows]
+
+
+_FILTERS = """
+      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+      AND (%(schedules)s::text[] IS NULL OR schedule = ANY(%(schedules)s::text[]))
+      AND NOT (task = ANY(%(exclude)s::text[]))
+"""
+
+_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM outbox
+    WHERE state = 'available' AND run_after <= now() AND NOT serial {_FILTERS}
+    ORDER BY run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE outbox o
+    SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
+        lease_expires_at = now() + make_interval(secs => o.timeout_seconds + %(margin)s)
+    FROM picked WHERE o.id = picked.id
+    RETURNING {COLUMNS}
+), recorded AS (
+    INSERT INTO attempts (job_id, attempt, worker_id, started_at)
+    SELECT id, attempts, %(worker)s, now() FROM claimed
+)
+SELECT * FROM claimed o ORDER BY o.id
+"""
+
+
+def outbox_claim(
+    conn: sa.Connection,
+    *,
+    worker_id: str,
+    limit: int,
+    lease_margin: float,
+    tasks: list[str] | None = None,
+    schedules: list[str] | None = None,
+    exclude_tasks: list[str] | None = None,
+) -> list[OutboxJob]:
+    """Claim up to ``limit`` due, non-serial jobs (FOR UPDATE SKIP LOCKED), counting an attempt
+    and recording it. The lease covers the job's timeout plus ``lease_margin`` seconds."""
+    params = {
+        "worker": worker_id, "limit": limit, "margin": lease_margin, "tasks": tasks,
+        "schedules": schedules, "exclude": exclude_tasks or [],
+    }
+    return _jobs(driver(conn).execute(_CLAIM, params, binary=True).fetchall())
+
+
+_SERIAL_CANDIDATES = f"""
+SELECT DISTINCT schedule FROM outbox
+WHERE state = 'available' AND serial AND run_after <= now() AND schedule IS NOT NULL {_FILTERS}
+LIMIT %(limit)s
+"""
+
+
+def outbox_serial_candidates(
+    conn: sa.Connection,
+    *,
+    limit: int,
+    tasks: list[str] | None = None,
+    schedules: list[str] | None = None,
+    exclude_tasks: list[str] | None = None,
+) -> list[str]:
+    """Schedules with a due serial job (the index outbox_available_serial keeps this cheap)."""
+    params = {"limit": limit, "tasks": tasks, "schedules": schedules, "exclude": exclude_tasks or []}
+    return [r[0] for r in driver(conn).execute(_SERIAL_CANDIDATES, params).fetchall()]
+
+
+_SERIAL_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
+
+_CLAIM_SERIAL = f"""
+WITH picked AS (
+    SELECT id FROM outbox
+    WHERE schedule = %(schedule)s AND state = 'available' AND serial AND run_after <= now()
+      AND NOT EXISTS (SELECT 1 FROM outbox r WHERE r.schedule = %(schedule)s AND r.state = 'running')
+    ORDER BY run_after, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE outbox o
+    SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
+        lease_expires_at = now() + make_interval(secs => o.timeout_seconds + %(margin)s)
+    FROM picked WHERE o.id = picked.id
+    RETURNING {COLUMNS}
+), recorded AS (
+    INSERT INTO attempts (job_id, attempt, worker_id, started_at)
+    SELECT id, attempts, %(worker)s, now() FROM claimed
+)
+SELECT * FROM claimed o
+"""
+
+
+def outbox_claim_serial(
+    conn: sa.Connection, *, schedule: str, lock_key: int, worker_id: str, lease_margin: float
+) -> OutboxJob | None:
+    """Claim the next job of a serial schedule unless one of its jobs is running.
+
+    Two statements in the caller's transaction: a transaction-level advisory lock on the
+    schedule first, so the NOT EXISTS check that follows runs on a snapshot taken after every
+    earlier claimer of this schedule committed; nobody else claims it until we commit.
+    """
+    pg = driver(conn)
+    if not pg.execute(_SERIAL_LOCK, {"key": lock_key}).fetchone()[0]:
+        return None
+    params = {"schedule": schedule, "worker": worker_id, "margin": lease_margin}
+    rows = pg.execute(_CLAIM_SERIAL, params).fetchall()
+    return _jobs(rows)[0] if rows else None
+
+
+_COMPLETE = """
+WITH done AS (
+    UPDATE outbox o
+    SET state = 'succeeded', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
+        last_error = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+    WHERE o.id = d.id AND o.attempts = d.attempt AND o.state = 'running'
+      AND o.leased_by = %(worker)s
+    RETURNING o.id, o.attempts
+), recorded AS (
+    UPDATE attempts a SET finished_at = clock_timestamp(), outcome = 'succeeded'
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+"""
+
+
+def outbox_complete(
+    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int]
+) -> list[int]:
+    """Mark jobs succeeded (fenced); returns the ids that were still this worker's."""
+    params = {"ids": ids, "attempts": attempts, "worker": worker_id}
+    return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
+
+
+_FAIL = """
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
+                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[])
+             AS f(id, attempt, state, delay, error, outcome)
+), done AS (
+    UPDATE outbox o
+    SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.error,
+        run_after = CASE WHEN f.state = 'available'
+                         THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
+        finished_at = CASE WHEN f.state = 'dead' THEN now() END
+    FROM f
+    WHERE o.id = f.id AND o.attempts = f.attempt AND o.state = 'running'
+      AND o.leased_by = %(worker)s
+    RETURNING o.id, o.attempts
+), recorded AS (
+    UPDATE attempts a SET finished_at = clock_timestamp(), outcome = f.outcome, error = f.error
+    FROM done JOIN f ON f.id = done.id
+    WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How one attempt ended badly: the job's next state and the attempt's outcome."""
+
+    id: int
+    attempt: int
+    state: str  # 'available' (retry after delay) or 'dead'
+    delay: float
+    error: str
+    outcome: str  # attempts.outcome: retry | dead | timeout | released
+
+
+def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure]) -> list[int]:
+    """Record failed attempts and move their jobs to retry or dead letter (fenced)."""
+    params = {
+        "ids": [f.id for f in failures],
+        "attempts": [f.attempt for f in failures],
+        "states": [f.state for f in failures],
+        "delays": [f.delay for f in failures],
+        "errors": [f.error for f in failures],
+        "outcomes": [f.outcome for f in failures],
+        "worker": worker_id,
+    }
+    return [r[0] for r in driver(conn).execute(_FAIL, params).fetchall()]
+
+
+_DEFER = """
+WITH back AS (
+    UPDATE outbox o
+    SET state = 'available', attempts = o.attempts - 1, leased_by = NULL,
+        lease_expires_at = NULL, last_error = %(reason)s,
+        run_after = now() + make_interval(secs => %(delay)s)
+    WHERE o.id = %(id)s AND o.attempts = %(attempt)s AND o.state = 'running'
+      AND o.leased_by = %(worker)s
+    RETURNING o.id
+)
+DELETE FROM attempts a USING back WHERE a.job_id = back.id AND a.attempt = %(attempt)s
+"""
+
+
+def outbox_defer(
+    conn: sa.Connection, *, worker_id: str, job_id: int, attempt: int, delay: float, reason: str
+) -> None:
+    """Hand a job back without counting the attempt (this worker lacks its schedule version)."""
+    params = {"id": job_id, "attempt": attempt, "worker": worker_id, "delay": delay, "reason": reason}
+    driver(conn).execute(_DEFER, params)
+
+
+_LEASE_EXTEND = """
+UPDATE outbox
+SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => %(margin)s))
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+WHERE outbox.id = h.id AND outbox.attempts = h.attempt AND outbox.state = 'running'
+  AND outbox.leased_by = %(worker)s
+RETURNING outbox.id
+"""
+
+
+def lease_extend(
+    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int], margin: float
+) -> list[int]:
+    """Heartbeat: keep the leases of running jobs at least ``margin`` seconds ahead.
+
+    Returns the ids still held; a missing id means the lease was lost (another worker may run it).
+    """
+    params = {"ids": ids, "attempts": attempts, "worker": worker_id, "margin": margin}
+    return [r[0] for r in driver(conn).execute(_LEASE_EXTEND, params, binary=True).fetchall()]
+
+
+_REAP = """
+WITH expired AS (
+    SELECT id, leased_by FROM outbox
+    WHERE state = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), back AS (
+    UPDATE outbox o
+    SET state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'available' END,
+        finished_at = CASE WHEN o.attempts >= o.max_attempts THEN now() END,
+        run_after = now(), leased_by = NULL, lease_expires_at = NULL,
+        last_error = 'lease expired: worker ' || coalesce(expired.leased_by, '?')
+                     || ' stopped heartbeating during attempt ' || o.attempts
+    FROM expired WHERE o.id = expired.id
+    RETURNING o.id, o.attempts, o.last_error
+), recorded AS (
+    UPDATE attempts a SET finished_at = now(), outcome = 'lease_expired', error = back.last_error
+    FROM back WHERE a.job_id = back.id AND a.attempt = back.attempts AND a.finished_at IS NULL
+)
+SELECT count(*) FROM back
+"""
+
+
+def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000) -> int:
+    """Jobs whose lease expired become claimable again (or dead at the attempt cap); the lost
+    attempt is recorded as ``lease_expired``. Returns how many."""
+    return driver(conn).execute(_REAP, {"limit": limit}).fetchone()[0]
+
+
+_VERSION = """
+SELECT v.digest, v.spec IS NOT NULL,
+       NOT EXISTS (SELECT 1 FROM schedule_versions n
+                   WHERE n.schedule = v.schedule AND n.active_from > v.active_from)
+FROM schedule_versions v WHERE v.id = %(id)s
+"""
+
+
+def schedule_version_status(conn: sa.Connection, version_id: int) -> tuple[str, bool] | None:
+    """(digest, newest) of a schedule version; None when there is no such version."""
+    row = driver(conn).execute(_VERSION, {"id": version_id}).fetchone()
+    return (row[0], bool(row[2])) if row else None

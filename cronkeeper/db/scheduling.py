@@ -1,0 +1,173 @@
+"""Statements the leader runs on its lock session: schedule versions, period claims with their
+jobs, and the facts a decision needs (paused, previous job unfinished)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRow:
+    id: int
+    schedule: str
+    digest: str
+    spec: dict[str, Any] | None
+    active_from: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodRow:
+    """One decision to record; ``job`` holds the outbox columns when the period is emitted."""
+
+    schedule: str
+    scheduled_for: datetime
+    version_id: int
+    outcome: str
+    reason: str | None
+    key: str | None = None
+    task: str | None = None
+    payload_json: str | None = None
+    max_attempts: int | None = None
+    run_after: datetime | None = None
+    timeout: float | None = None
+    backoff_json: str | None = None
+    serial: bool | None = None
+    owner: str | None = None
+
+
+def db_now(conn: psycopg.Connection) -> datetime:
+    return conn.execute("SELECT clock_timestamp()").fetchone()[0]
+
+
+def versions_in_force(conn: psycopg.Connection) -> list[VersionRow]:
+    """The newest version of every schedule ever seen (spec None: removed)."""
+    rows = conn.execute(
+        """
+        SELECT DISTINCT ON (schedule) id, schedule, digest, spec, active_from
+        FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
+        """
+    ).fetchall()
+    return [VersionRow(*r) for r in rows]
+
+
+def versions_insert(
+    conn: psycopg.Connection,
+    rows: Sequence[tuple[str, str, dict[str, Any] | None]],
+    active_from: datetime,
+    term: int,
+) -> dict[str, int]:
+    """Record new versions (schedule, digest, spec or None for removal); return their ids."""
+    if not rows:
+        return {}
+    result = conn.execute(
+        """
+        INSERT INTO schedule_versions (schedule, digest, spec, active_from, term)
+        SELECT s, d, j::jsonb, %(at)s, %(term)s
+        FROM unnest(%(s)s::text[], %(d)s::text[], %(j)s::text[]) AS v(s, d, j)
+        ON CONFLICT (schedule, active_from) DO NOTHING
+        RETURNING schedule, id
+        """,
+        {
+            "s": [r[0] for r in rows],
+            "d": [r[1] for r in rows],
+            "j": [json.dumps(r[2]) if r[2] is not None else None for r in rows],
+            "at": active_from,
+            "term": term,
+        },
+    ).fetchall()
+    return dict(result)
+
+
+def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:
+    """The latest decided period of each schedule (one index probe per schedule)."""
+    if not schedules:
+        return {}
+    rows = conn.execute(
+        """
+        SELECT s, (SELECT max(scheduled_for) FROM periods p WHERE p.schedule = s)
+        FROM unnest(%s::text[]) AS s
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {s: last for s, last in rows if last is not None}
+
+
+def controls_paused(conn: psycopg.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT schedule FROM schedule_controls WHERE paused")}
+
+
+def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
+    """Schedules whose previous job is not finished: waiting, running, or waiting to retry."""
+    if not schedules:
+        return set()
+    rows = conn.execute(
+        """
+        SELECT DISTINCT schedule FROM outbox
+        WHERE state IN ('available', 'running') AND schedule = ANY(%s::text[])
+        """,
+        (list(schedules),),
+    )
+    return {r[0] for r in rows}
+
+
+_CLAIM = """
+WITH decided AS (
+    SELECT * FROM unnest(%(schedule)b::text[], %(scheduled_for)b::timestamptz[],
+                         %(version_id)b::int8[], %(outcome)b::text[], %(reason)b::text[])
+           AS d(schedule, scheduled_for, version_id, outcome, reason)
+), claimed AS (
+    INSERT INTO periods (schedule, scheduled_for, version_id, outcome, reason, term)
+    SELECT schedule, scheduled_for, version_id, outcome, reason, %(term)b::int8 FROM decided
+    ON CONFLICT (schedule, scheduled_for) DO NOTHING
+    RETURNING schedule, scheduled_for, outcome
+), jobs AS (
+    SELECT * FROM unnest(%(key)b::text[], %(schedule)b::text[], %(scheduled_for)b::timestamptz[],
+                         %(version_id)b::int8[], %(task)b::text[], %(payload)b::text[],
+                         %(max_attempts)b::int4[], %(run_after)b::timestamptz[],
+                         %(timeout)b::float8[], %(backoff)b::text[], %(serial)b::bool[],
+                         %(owner)b::text[])
+           AS j(key, schedule, scheduled_for, version_id, task, payload, max_attempts, run_after,
+                timeout, backoff, serial, owner)
+), emitted AS (
+    INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, payload,
+                        max_attempts, run_after, timeout_seconds, backoff, serial, owner)
+    SELECT j.key, j.schedule, j.scheduled_for, j.version_id, j.task, j.payload::jsonb,
+           j.max_attempts, j.run_after, j.timeout, j.backoff::jsonb, j.serial, j.owner
+    FROM jobs j JOIN claimed c USING (schedule, scheduled_for)
+    WHERE c.outcome = 'emitted' AND j.key IS NOT NULL
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, schedule, scheduled_for
+)
+SELECT c.schedule, c.scheduled_for, c.outcome, e.id
+FROM claimed c LEFT JOIN emitted e USING (schedule, scheduled_for)
+"""
+
+
+def periods_claim(
+    conn: psycopg.Connection, rows: Sequence[PeriodRow], term: int
+) -> list[tuple[str, datetime, str, int | None]]:
+    """Claim each period under the unique constraint and write the job of each emitted one, in
+    one statement. Periods someone already decided come back absent: no row back, no job.
+    Returns (schedule, scheduled_for, outcome, job id) for the periods this call claimed."""
+    if not rows:
+        return []
+    cols: dict[str, list[Any]] = {
+        name: [getattr(r, attr) for r in rows]
+        for name, attr in (
+            ("schedule", "schedule"), ("scheduled_for", "scheduled_for"),
+            ("version_id", "version_id"), ("outcome", "outcome"), ("reason", "reason"),
+            ("key", "key"), ("task", "task"), ("payload", "payload_json"),
+            ("max_attempts", "max_attempts"), ("run_after", "run_after"), ("timeout", "timeout"),
+            ("backoff", "backoff_json"), ("serial", "serial"), ("owner", "owner"),
+        )
+    }
+    cols["term"] = term  # type: ignore[assignment]
+    with conn.cursor() as cur:
+        cur.execute(_CLAIM, cols)
+        return cur.fetchall()

@@ -1,0 +1,124 @@
+"""Table definitions: the one schema truth in Python, checked against the migrations by a test.
+
+Tables carry no schema: connections resolve them through search_path (see engine.make_engine).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData()
+TS = sa.TIMESTAMP(timezone=True)
+
+instances = sa.Table(
+    "instances", metadata,
+    sa.Column("cluster", sa.Text, primary_key=True),
+    sa.Column("instance_id", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("version", sa.Text, nullable=False),
+    sa.Column("schedules_digest", sa.Text, nullable=False),
+    sa.Column("tzdata_version", sa.Text, nullable=False),
+    sa.Column("role", sa.Text, nullable=False),
+    sa.Column("started_at", TS, nullable=False),
+    sa.Column("heartbeat_at", TS, nullable=False),
+    sa.Column("clock_skew_seconds", sa.Double),
+)
+
+leadership = sa.Table(
+    "leadership", metadata,
+    sa.Column("cluster", sa.Text, primary_key=True),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    sa.Column("instance_id", sa.Text, nullable=False),
+    sa.Column("backend_pid", sa.Integer, nullable=False),
+    sa.Column("since", TS, nullable=False),
+    sa.Column("heartbeat_at", TS, nullable=False),
+    sa.Column("released_at", TS),
+)
+
+schedule_versions = sa.Table(
+    "schedule_versions", metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("schedule", sa.Text, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("spec", JSONB),
+    sa.Column("active_from", TS, nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+)
+
+schedule_controls = sa.Table(
+    "schedule_controls", metadata,
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("changed_at", TS, nullable=False),
+    sa.Column("changed_by", sa.Text, nullable=False),
+)
+
+periods = sa.Table(
+    "periods", metadata,
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("scheduled_for", TS, primary_key=True),
+    sa.Column("version_id", sa.BigInteger, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("decided_at", TS, nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+)
+
+outbox = sa.Table(
+    "outbox", metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("idempotency_key", sa.Text, nullable=False, unique=True),
+    sa.Column("schedule", sa.Text),
+    sa.Column("scheduled_for", TS),
+    sa.Column("version_id", sa.BigInteger),
+    sa.Column("task", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("run_after", TS, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("timeout_seconds", sa.Double, nullable=False),
+    sa.Column("backoff", JSONB, nullable=False),
+    sa.Column("serial", sa.Boolean, nullable=False),
+    sa.Column("owner", sa.Text),
+    sa.Column("leased_by", sa.Text),
+    sa.Column("lease_expires_at", TS),
+    sa.Column("last_error", sa.Text),
+    sa.Column("finished_at", TS),
+)
+
+attempts = sa.Table(
+    "attempts", metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("job_id", sa.BigInteger, nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("worker_id", sa.Text, nullable=False),
+    sa.Column("started_at", TS, nullable=False),
+    sa.Column("finished_at", TS),
+    sa.Column("outcome", sa.Text),
+    sa.Column("error", sa.Text),
+)
+
+effects = sa.Table(
+    "effects", metadata,
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("job_key", sa.Text),
+    sa.Column("created_at", TS, nullable=False),
+)
+
+schema_migrations = sa.Table(
+    "schema_migrations", metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("applied_at", TS, nullable=False),
+)
+
+# Indexes the worker relies on (migrations/0002_worker_serial_index.sql).
+sa.Index(
+    "outbox_available_serial", outbox.c.schedule, outbox.c.run_after,
+    postgresql_where=sa.text("state = 'available' AND serial"),
+)

@@ -1,0 +1,338 @@
+"""Leadership: one leader per cluster, through a PostgreSQL session advisory lock.
+
+State diagram (one ``Node`` per daemon process)::
+
+      start ──► CONNECTING ──(proxy detected: session not pinned)──► FATAL (refuse to run)
+                    │ ▲
+        connected   │ │ connection lost / lock or term lost / tick stalled
+                    ▼ │       (backoff, then reconnect)
+                 FOLLOWER ── blocked in pg_advisory_lock(key) on the lock session; the
+                    │         housekeeping thread deposes a leader whose heartbeat is stale
+                    │ lock granted
+                    ▼
+                 LEADER(term) ── term = term + 1 recorded; every write transaction begins with
+                    │            leadership_confirm (heartbeat, lock held, term unchanged)
+                    │ SIGTERM
+                    ▼
+                 STOPPED ── current tick finished, lock released
+
+Mechanisms:
+- Takeover after a leader dies: its backend ends, PostgreSQL frees the lock, and the standby
+  already blocked on it is granted it at once (no polling).
+- A frozen leader (SIGSTOP, paused VM) keeps its lock: standbys terminate its backend once its
+  heartbeat is older than ``leader_timeout``, and the server ends the idle lock session after
+  ``leader_timeout`` too (idle_session_timeout), even with no standby. Bound: leader_timeout
+  plus one housekeeping interval. On resuming it finds its session gone and writes nothing.
+- A leader whose tick stalls beyond ``stall_timeout`` terminates its own lock session.
+- Correctness never rests on the lock: the per-period unique constraint does that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from enum import StrEnum
+
+import psycopg
+import sqlalchemy as sa
+from sqlalchemy.engine import URL
+
+from cronkeeper import __version__, clock
+from cronkeeper.db import leader as dbl
+from cronkeeper.db import prune as dbp
+from cronkeeper.db.engine import describe, leader_lock_key
+from cronkeeper.db.instances import instances_forget, instances_heartbeat
+from cronkeeper.errors import LeadershipLost, PoolerDetected
+from cronkeeper.scheduler import Scheduler, TickReport
+from cronkeeper.spec.model import ScheduleSet
+from cronkeeper.timing import tzdata_version
+
+log = logging.getLogger("cronkeeper.election")
+
+
+class Role(StrEnum):
+    CONNECTING = "connecting"
+    FOLLOWER = "standby"
+    LEADER = "leader"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    leader_timeout: float = 10.0  # a leader silent this long is deposed
+    stall_timeout: float = 10.0  # a leader whose tick makes no progress this long steps down
+    heartbeat_interval: float = 1.0  # leader heartbeat (and longest sleep between ticks)
+    housekeeping_interval: float = 1.0
+    instance_heartbeat_interval: float = 2.0
+    prune_interval: float = 60.0
+    retention_jobs_days: float = 14.0
+    retention_periods_days: float = 400.0
+    prune_batch: int = 1000
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+class Node:
+    def __init__(
+        self,
+        *,
+        url: URL,
+        schema: str,
+        cluster: str,
+        engine: sa.Engine,
+        schedules: ScheduleSet,
+        instance_id: str,
+        options: NodeOptions = NodeOptions(),
+        metrics=None,
+    ) -> None:
+        self.url = url
+        self.schema = schema
+        self.cluster = cluster
+        self.engine = engine
+        self.schedules = schedules
+        self.instance_id = instance_id
+        self.options = options
+        self.metrics = metrics
+        self.lock_key = leader_lock_key(schema, cluster)
+        self.role = Role.CONNECTING
+        self.term: int | None = None
+        self.fatal: BaseException | None = None
+        self.stopping = threading.Event()
+        self.leading = threading.Event()  # set while leader (tests and readiness wait on it)
+        self.connected = threading.Event()
+        self._wake = threading.Event()
+        self._pending: ScheduleSet | None = None
+        self._conn: psycopg.Connection | None = None
+        self._waiting_for_lock = False
+        self._lock_pid: int | None = None
+        self.last_progress = clock.monotonic()
+        self.skew_seconds: float | None = None
+
+    # -- control from other threads -------------------------------------------------------------
+    def request_stop(self) -> None:
+        self.stopping.set()
+        self._wake.set()
+        conn = self._conn
+        if conn is not None and self._waiting_for_lock:
+            with contextlib.suppress(Exception):  # the loop notices stopping either way
+                conn.cancel_safe(timeout=2.0)
+
+    def reload(self, schedules: ScheduleSet) -> None:
+        self._pending = schedules
+        self._wake.set()
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> None:
+        housekeeping = threading.Thread(target=self._housekeeping, name="housekeeping", daemon=True)
+        housekeeping.start()
+        delay = 0.2
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self._one_session()
+                    delay = 0.2
+                except PoolerDetected as exc:
+                    self.fatal = exc
+                    log.error("%s", exc, extra={"action": "refused_pooler"})
+                    return
+                except (psycopg.Error, LeadershipLost, OSError) as exc:
+                    was_leader = self.role is Role.LEADER
+                    self._set_role(Role.CONNECTING)
+                    if self.stopping.is_set():
+                        break
+                    log.warning(
+                        "%s: %s; retrying in %.1fs",
+                        "leadership lost" if was_leader else "database unavailable",
+                        describe(exc),
+                        delay,
+                        extra={"action": "leader_lost" if was_leader else "db_unavailable",
+                               "term": self.term},
+                    )
+                    self.stopping.wait(delay)
+                    delay = min(delay * 2, 5.0)
+                finally:
+                    self._close()
+        finally:
+            self._set_role(Role.STOPPED)
+            self._forget_instance()
+
+    def _one_session(self) -> None:
+        conn = dbl.lock_connect(self.url, self.schema, f"cronkeeper-lock:{self.instance_id}")
+        self._conn = conn
+        self._lock_pid = dbl.backend_pid(conn)
+        with dbl.lock_connect(self.url, self.schema, "cronkeeper-probe") as probe:
+            if not dbl.session_is_pinned(conn, probe):
+                raise PoolerDetected(
+                    "the lock connection does not keep one database backend across transactions: "
+                    "a transaction-pooling proxy (PgBouncer, Supavisor) sits in between, and a "
+                    "session advisory lock cannot elect a leader through it. Point "
+                    "--database-url at PostgreSQL directly (or at a session-pooling port)."
+                )
+        self.connected.set()
+        self._set_role(Role.FOLLOWER)
+        self._waiting_for_lock = True
+        try:
+            if self.stopping.is_set():
+                return
+            dbl.lock_wait(conn, self.lock_key)
+        except psycopg.errors.QueryCanceled:
+            if self.stopping.is_set():
+                return
+            raise
+        finally:
+            self._waiting_for_lock = False
+        if self.stopping.is_set():
+            dbl.lock_release(conn, self.lock_key)
+            return
+        self.term, since = dbl.leadership_claim(conn, self.cluster, self.instance_id)
+        dbl.session_idle_timeout_set(conn, self.options.leader_timeout)
+        self._set_role(Role.LEADER)
+        log.info("leadership won", extra={"action": "leader_won", "term": self.term,
+                                          "instance": self.instance_id})
+        self._lead(conn)
+
+    def _lead(self, conn: psycopg.Connection) -> None:
+        scheduler = Scheduler(
+            conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
+            on_tick=self._report,
+        )
+        scheduler.load_versions()
+        scheduler.tick()  # periods due under the versions in force, up to now
+        scheduler.adopt(self.schedules)
+        self.leading.set()
+        next_prune = clock.monotonic()
+        while not self.stopping.is_set():
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                scheduler.tick()
+                scheduler.adopt(pending)
+                self.schedules = pending
+            report = scheduler.tick()
+            self.last_progress = clock.monotonic()
+            if clock.monotonic() >= next_prune:
+                self._prune(conn, scheduler)
+                next_prune = clock.monotonic() + self.options.prune_interval
+            wait = self.options.heartbeat_interval
+            upcoming = scheduler.next_due()
+            if upcoming is not None:
+                wait = min(wait, max(0.0, (upcoming - report.now).total_seconds()) + 0.001)
+            self._wake.wait(wait)
+            self._wake.clear()
+        # graceful stop: the current tick is done; hand the lock over now
+        try:
+            dbl.leadership_release(conn, self.cluster, scheduler.term)
+            dbl.lock_release(conn, self.lock_key)
+            log.info("leadership released", extra={"action": "leader_released", "term": self.term})
+        except psycopg.Error as exc:
+            log.warning("releasing leadership: %s", describe(exc), extra={"action": "leader_release_failed"})
+
+    def _prune(self, conn: psycopg.Connection, scheduler: Scheduler) -> None:
+        with conn.transaction():
+            scheduler.confirm()
+            counts = dbp.prune(
+                conn,
+                jobs_days=self.options.retention_jobs_days,
+                periods_days=self.options.retention_periods_days,
+                batch=self.options.prune_batch,
+            )
+        if any(counts):
+            log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
+
+    def _report(self, report: TickReport) -> None:
+        for schedule, decision, job_id in report.decisions:
+            if decision.reason is None:
+                log.info(
+                    "fired %s", schedule,
+                    extra={"action": "fire", "schedule": schedule, "term": self.term,
+                           "scheduled_for": decision.scheduled_for.isoformat(), "job_id": job_id},
+                )
+            else:
+                log.warning(
+                    "skipped %s (%s)", schedule, decision.reason,
+                    extra={"action": "skip", "schedule": schedule, "term": self.term,
+                           "scheduled_for": decision.scheduled_for.isoformat(),
+                           "reason": str(decision.reason)},
+                )
+        if report.lost:
+            log.warning(
+                "%d periods were already decided by another leader; emitted nothing for them",
+                report.lost, extra={"action": "claim_lost", "term": self.term},
+            )
+        if self.metrics is not None:
+            self.metrics.observe_tick(report, self.schedules)
+
+    def _set_role(self, role: Role) -> None:
+        self.role = role
+        if role is not Role.LEADER:
+            self.leading.clear()
+        if self.metrics is not None:
+            self.metrics.set_leader(role is Role.LEADER, self.term)
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    # -- housekeeping thread ------------------------------------------------------------------------
+    def _housekeeping(self) -> None:
+        next_beat = 0.0
+        while not self.stopping.wait(self.options.housekeeping_interval):
+            try:
+                now = clock.monotonic()
+                if now >= next_beat:
+                    self._instance_heartbeat()
+                    next_beat = now + self.options.instance_heartbeat_interval
+                if self.role is Role.FOLLOWER:
+                    self._depose_stale_leader()
+                elif self.role is Role.LEADER and now - self.last_progress > self.options.stall_timeout:
+                    self._step_down_stalled()
+            except Exception as exc:  # noqa: BLE001 - housekeeping must outlive a bad moment
+                log.debug("housekeeping: %s", describe(exc), extra={"action": "housekeeping_error"})
+
+    def _instance_heartbeat(self) -> None:
+        local = clock.wall()
+        with self.engine.begin() as conn:
+            db_now = instances_heartbeat(
+                conn, cluster=self.cluster, instance_id=self.instance_id, kind="scheduler",
+                host=socket.gethostname(), pid=os.getpid(), version=__version__,
+                schedules_digest=self.schedules.digest, tzdata_version=tzdata_version(),
+                role="leader" if self.role is Role.LEADER else "standby", local_now=local,
+            )
+        self.skew_seconds = (db_now - local).total_seconds()
+        if self.metrics is not None:
+            self.metrics.set_skew(self.skew_seconds)
+
+    def _depose_stale_leader(self) -> None:
+        with self.engine.begin() as conn:
+            raw = conn.connection.driver_connection
+            pid = dbl.leader_depose_stale(raw, self.cluster, self.lock_key, self.options.leader_timeout)
+        if pid is not None:
+            log.warning(
+                "deposed a leader silent for over %.0fs (backend %d terminated)",
+                self.options.leader_timeout, pid, extra={"action": "leader_deposed"},
+            )
+
+    def _step_down_stalled(self) -> None:
+        pid = self._lock_pid
+        log.error(
+            "tick stalled for over %.0fs: stepping down", self.options.stall_timeout,
+            extra={"action": "leader_stalled", "term": self.term},
+        )
+        if pid is not None:
+            with self.engine.begin() as conn:
+                dbl.backend_terminate(conn.connection.driver_connection, pid)
+        self.last_progress = clock.monotonic()
+
+    def _forget_instance(self) -> None:
+        try:
+            with self.engine.begin() as conn:
+                instances_forget(conn, self.cluster, self.instance_id)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass

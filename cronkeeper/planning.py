@@ -1,0 +1,98 @@
+"""What happens to each due period: a pure function of the spec, the due periods and the facts
+gathered at the moment they are decided (database now, paused, previous job unfinished).
+
+    plan(spec, due, now, paused=..., busy=...) -> [Decision]
+
+Rules (§6):
+- paused: every due period is skipped (reason ``paused``).
+- misfire ``skip``: a period more than ``grace`` late is skipped (``misfire``).
+- misfire ``catch_up``: periods at most ``catch_up_limit`` late are emitted, oldest first;
+  older ones are skipped (``misfire``).
+- misfire ``latest``: periods within ``grace`` are emitted; of the late ones only the newest
+  is emitted, and only when no on-time period follows it; the rest are skipped (``coalesced``).
+- overlap ``skip``: when the schedule's previous job is unfinished (``busy``: waiting to be
+  claimed, running, or waiting to retry), every period that would be emitted is skipped
+  (``overlap``). Periods emitted together in one decision are not judged against each other:
+  a catch-up after an outage emits all its periods; ``overlap = "serial"`` makes workers run
+  them one at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from cronkeeper.spec.model import Misfire, Overlap, ScheduleSpec
+
+
+class Outcome(StrEnum):
+    EMITTED = "emitted"
+    SKIPPED = "skipped"
+
+
+class Reason(StrEnum):
+    MISFIRE = "misfire"
+    OVERLAP = "overlap"
+    PAUSED = "paused"
+    COALESCED = "coalesced"
+    BACKFILL = "backfill"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    scheduled_for: datetime
+    outcome: Outcome
+    reason: Reason | None = None
+
+
+def idempotency_key(schedule: str, scheduled_for: datetime) -> str:
+    """``<schedule>@<YYYY-MM-DDTHH:MM:SSZ>`` (§4); ``scheduled_for`` is aware UTC."""
+    return f"{schedule}@{scheduled_for.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def plan(
+    spec: ScheduleSpec,
+    due: Sequence[datetime],
+    now: datetime,
+    *,
+    paused: bool,
+    busy: bool,
+) -> list[Decision]:
+    if paused:
+        return [Decision(p, Outcome.SKIPPED, Reason.PAUSED) for p in due]
+    emit, decisions = _apply_misfire(spec, due, now)
+    for period in emit:
+        if busy and spec.overlap is Overlap.SKIP:
+            decisions.append(Decision(period, Outcome.SKIPPED, Reason.OVERLAP))
+        else:
+            decisions.append(Decision(period, Outcome.EMITTED))
+    decisions.sort(key=lambda d: d.scheduled_for)
+    return decisions
+
+
+def _apply_misfire(
+    spec: ScheduleSpec, due: Sequence[datetime], now: datetime
+) -> tuple[list[datetime], list[Decision]]:
+    """Split due periods into those to emit and the decisions already taken (skipped)."""
+    emit: list[datetime] = []
+    skipped: list[Decision] = []
+    if spec.misfire is Misfire.CATCH_UP:
+        for period in due:
+            if (now - period).total_seconds() <= spec.catch_up_limit:
+                emit.append(period)
+            else:
+                skipped.append(Decision(period, Outcome.SKIPPED, Reason.MISFIRE))
+        return emit, skipped
+    on_time = [p for p in due if (now - p).total_seconds() <= spec.grace]
+    late = [p for p in due if (now - p).total_seconds() > spec.grace]
+    if spec.misfire is Misfire.SKIP:
+        skipped = [Decision(p, Outcome.SKIPPED, Reason.MISFIRE) for p in late]
+        return on_time, skipped
+    # latest: the newest late period stands for the others, unless an on-time one follows it
+    if late and not on_time:
+        emit.append(late[-1])
+        late = late[:-1]
+    skipped = [Decision(p, Outcome.SKIPPED, Reason.COALESCED) for p in late]
+    return emit + on_time, skipped

@@ -1,0 +1,230 @@
+"""The leader's shell: wake at the next due instant, read the database's now, plan, write.
+
+One ``Scheduler`` lives for one term, on the lock session. Every write transaction starts with
+``leadership_confirm`` (heartbeat + lock check + term check): a deposed leader cannot write.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import psycopg
+
+from cronkeeper.backoff import period_jitter
+from cronkeeper.db import leader as dbl
+from cronkeeper.db import scheduling as dbs
+from cronkeeper.errors import LeadershipLost
+from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
+from cronkeeper.spec.model import Overlap, ScheduleSet, ScheduleSpec
+from cronkeeper.timing import Trigger, make_trigger
+
+log = logging.getLogger("cronkeeper.scheduler")
+
+MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
+BATCH_ROWS = 10_000  # rows per claim statement
+
+
+@dataclass(slots=True)
+class ScheduleState:
+    spec: ScheduleSpec
+    version_id: int
+    trigger: Trigger
+    after: datetime  # every period up to and including this instant is decided
+    next_fire: datetime | None = None
+
+
+@dataclass(slots=True)
+class TickReport:
+    now: datetime
+    decisions: list[tuple[str, Decision, int | None]] = field(default_factory=list)
+    lost: int = 0  # periods another leader had already decided
+
+
+def trigger_for(spec: ScheduleSpec) -> Trigger:
+    return make_trigger(cron=spec.cron, every=spec.every, timezone=spec.timezone)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        conn: psycopg.Connection,
+        *,
+        cluster: str,
+        term: int,
+        lock_key: int,
+        on_tick: Callable[[TickReport], None] | None = None,
+    ) -> None:
+        self.conn = conn
+        self.cluster = cluster
+        self.term = term
+        self.lock_key = lock_key
+        self.on_tick = on_tick
+        self.states: dict[str, ScheduleState] = {}
+        self._heap: list[tuple[datetime, str]] = []
+
+    # -- fencing ---------------------------------------------------------------------------
+    def confirm(self) -> datetime:
+        """Heartbeat; raises LeadershipLost unless we still hold the lock under our term."""
+        now = dbl.leadership_confirm(self.conn, self.cluster, self.term, self.lock_key)
+        if now is None:
+            raise LeadershipLost(f"term {self.term}: the lock or the term is no longer ours")
+        return now
+
+    # -- schedule versions -------------------------------------------------------------------
+    def load_versions(self) -> None:
+        """Plan with the versions in force in the database (those the previous leader used)."""
+        with self.conn.transaction():
+            self.confirm()
+            versions = [v for v in dbs.versions_in_force(self.conn) if v.spec is not None]
+            last = dbs.periods_last(self.conn, [v.schedule for v in versions])
+        self.states = {}
+        for v in versions:
+            spec = ScheduleSpec.from_json(v.spec)
+            after = max(last.get(v.schedule, v.active_from), v.active_from)
+            self.states[v.schedule] = ScheduleState(spec, v.id, trigger_for(spec), after)
+        self._rebuild_heap()
+
+    def adopt(self, schedules: ScheduleSet) -> dict[str, str]:
+        """Make the file set the one in force from now on: new, changed and removed schedules
+        get a version row at the database's now. Call after ``tick`` has decided every period
+        due under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
+        wanted = schedules.by_name()
+        changes: dict[str, str] = {}
+        rows: list[tuple[str, str, dict | None]] = []
+        for name, spec in wanted.items():
+            state = self.states.get(name)
+            if state is None or state.spec.digest != spec.digest:
+                changes[name] = "changed" if state else "new"
+                rows.append((name, spec.digest, spec.to_json()))
+        for name in self.states.keys() - wanted.keys():
+            changes[name] = "removed"
+            rows.append((name, "removed", None))
+        if not rows:
+            return changes
+        with self.conn.transaction():
+            now = self.confirm()
+            ids = dbs.versions_insert(self.conn, rows, now, self.term)
+        for name, kind in changes.items():
+            if kind == "removed":
+                del self.states[name]
+                continue
+            spec = wanted[name]
+            version_id = ids.get(name)
+            if version_id is None:  # another leader recorded the same instant: reload to agree
+                raise LeadershipLost("a concurrent leader recorded schedule versions")
+            self.states[name] = ScheduleState(spec, version_id, trigger_for(spec), now)
+            log.info(
+                "schedule %s",
+                kind,
+                extra={"action": f"schedule_{kind}", "schedule": name, "term": self.term},
+            )
+        self._rebuild_heap()
+        return changes
+
+    # -- ticking -------------------------------------------------------------------------------
+    def _rebuild_heap(self) -> None:
+        self._heap = []
+        for name, state in self.states.items():
+            state.next_fire = state.trigger.next_fire(state.after)
+            if state.next_fire is not None:
+                self._heap.append((state.next_fire, name))
+        heapq.heapify(self._heap)
+
+    def next_due(self) -> datetime | None:
+        return self._heap[0][0] if self._heap else None
+
+    def tick(self) -> TickReport:
+        """Decide every period due by the database's now; write outcomes and jobs."""
+        now = dbs.db_now(self.conn)
+        due: dict[str, list[datetime]] = {}
+        while self._heap and self._heap[0][0] <= now:
+            _, name = heapq.heappop(self._heap)
+            state = self.states.get(name)
+            if state is None:
+                continue
+            periods = list(
+                itertools.islice(
+                    state.trigger.fires(state.after, now), MAX_PERIODS_PER_SCHEDULE_TICK
+                )
+            )
+            if periods:
+                due[name] = periods
+        report = TickReport(now=now)
+        with self.conn.transaction():
+            now = self.confirm() if not due else self._decide(due, report)
+        report.now = now
+        for name, periods in due.items():
+            state = self.states[name]
+            state.after = periods[-1]
+            state.next_fire = state.trigger.next_fire(state.after)
+            if state.next_fire is not None:
+                heapq.heappush(self._heap, (state.next_fire, name))
+        if self.on_tick is not None:
+            self.on_tick(report)
+        return report
+
+    def _decide(self, due: dict[str, list[datetime]], report: TickReport) -> datetime:
+        now = self.confirm()
+        paused = dbs.controls_paused(self.conn)
+        busy = dbs.outbox_unfinished(
+            self.conn,
+            [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
+        )
+        rows: list[dbs.PeriodRow] = []
+        for name, periods in due.items():
+            state = self.states[name]
+            for decision in plan(state.spec, periods, now, paused=name in paused, busy=name in busy):
+                rows.append(self._row(state, decision))
+        for batch in _chunks(rows, BATCH_ROWS):
+            claimed = dbs.periods_claim(self.conn, batch, self.term)
+            report.lost += len(batch) - len(claimed)
+            sent = {(r.schedule, r.scheduled_for): r for r in batch}
+            for schedule, scheduled_for, outcome, job_id in claimed:
+                row = sent[(schedule, scheduled_for)]
+                decision = Decision(
+                    scheduled_for, Outcome(outcome), Reason(row.reason) if row.reason else None
+                )
+                report.decisions.append((schedule, decision, job_id))
+        return now
+
+    def _row(self, state: ScheduleState, decision: Decision) -> dbs.PeriodRow:
+        spec = state.spec
+        base = dbs.PeriodRow(
+            schedule=spec.name,
+            scheduled_for=decision.scheduled_for,
+            version_id=state.version_id,
+            outcome=str(decision.outcome),
+            reason=str(decision.reason) if decision.reason else None,
+        )
+        if decision.outcome is not Outcome.EMITTED:
+            return base
+        key = idempotency_key(spec.name, decision.scheduled_for)
+        return dbs.PeriodRow(
+            schedule=base.schedule,
+            scheduled_for=base.scheduled_for,
+            version_id=base.version_id,
+            outcome=base.outcome,
+            reason=base.reason,
+            key=key,
+            task=spec.task_name,
+            payload_json=spec.payload_json,
+            max_attempts=spec.max_attempts,
+            run_after=decision.scheduled_for + timedelta(seconds=period_jitter(key, spec.jitter)),
+            timeout=spec.timeout,
+            backoff_json=json.dumps(
+                {"base": spec.backoff.base, "factor": spec.backoff.factor, "max": spec.backoff.max}
+            ),
+            serial=spec.overlap is Overlap.SERIAL,
+            owner=spec.owner,
+        )
+
+
+def _chunks(rows: list, size: int) -> Iterable[list]:
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]

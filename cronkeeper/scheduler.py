@@ -6,6 +6,7 @@ One ``Scheduler`` lives for one term, on the lock session. Every write transacti
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import json
@@ -180,7 +181,7 @@ class Scheduler:
         for name, periods in due.items():
             state = self.states[name]
             for decision in plan(state.spec, periods, now, paused=name in paused, busy=name in busy):
-                rows.append(self._row(state, decision))
+                rows.append(period_row(state.spec, state.version_id, decision))
         for batch in _chunks(rows, BATCH_ROWS):
             claimed = dbs.periods_claim(self.conn, batch, self.term)
             report.lost += len(batch) - len(claimed)
@@ -193,36 +194,32 @@ class Scheduler:
                 report.decisions.append((schedule, decision, job_id))
         return now
 
-    def _row(self, state: ScheduleState, decision: Decision) -> dbs.PeriodRow:
-        spec = state.spec
-        base = dbs.PeriodRow(
-            schedule=spec.name,
-            scheduled_for=decision.scheduled_for,
-            version_id=state.version_id,
-            outcome=str(decision.outcome),
-            reason=str(decision.reason) if decision.reason else None,
-        )
-        if decision.outcome is not Outcome.EMITTED:
-            return base
-        key = idempotency_key(spec.name, decision.scheduled_for)
-        return dbs.PeriodRow(
-            schedule=base.schedule,
-            scheduled_for=base.scheduled_for,
-            version_id=base.version_id,
-            outcome=base.outcome,
-            reason=base.reason,
-            key=key,
-            task=spec.task_name,
-            payload_json=spec.payload_json,
-            max_attempts=spec.max_attempts,
-            run_after=decision.scheduled_for + timedelta(seconds=period_jitter(key, spec.jitter)),
-            timeout=spec.timeout,
-            backoff_json=json.dumps(
-                {"base": spec.backoff.base, "factor": spec.backoff.factor, "max": spec.backoff.max}
-            ),
-            serial=spec.overlap is Overlap.SERIAL,
-            owner=spec.owner,
-        )
+def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:
+    """The row that records a decision; an emitted one carries its outbox job's columns."""
+    row = dbs.PeriodRow(
+        schedule=spec.name,
+        scheduled_for=decision.scheduled_for,
+        version_id=version_id,
+        outcome=str(decision.outcome),
+        reason=str(decision.reason) if decision.reason else None,
+    )
+    if decision.outcome is not Outcome.EMITTED:
+        return row
+    key = idempotency_key(spec.name, decision.scheduled_for)
+    return dataclasses.replace(
+        row,
+        key=key,
+        task=spec.task_name,
+        payload_json=spec.payload_json,
+        max_attempts=spec.max_attempts,
+        run_after=decision.scheduled_for + timedelta(seconds=period_jitter(key, spec.jitter)),
+        timeout=spec.timeout,
+        backoff_json=json.dumps(
+            {"base": spec.backoff.base, "factor": spec.backoff.factor, "max": spec.backoff.max}
+        ),
+        serial=spec.overlap is Overlap.SERIAL,
+        owner=spec.owner,
+    )
 
 
 def _chunks(rows: list, size: int) -> Iterable[list]:

@@ -1,8 +1,9 @@
 """Shared fixtures: a real PostgreSQL, a freshly migrated schema and a unique cluster per test.
 
-The database comes from CRONKEEPER_TEST_DATABASE_URL (default: the local service on
-127.0.0.1:5432, database `test`). `.ci/run` provides one (the local service, or the embedded
-pgserver). A test that needs PostgreSQL FAILS when it cannot get one; it never skips.
+The database comes from CRONKEEPER_TEST_DATABASE_URL; unset, the local service on
+127.0.0.1:5432 (database `test`) when it answers, otherwise the embedded PostgreSQL (pgserver,
+a test dependency) started in a temporary directory for the session. A test that needs
+PostgreSQL FAILS when it cannot get one; it never skips.
 """
 
 from __future__ import annotations
@@ -20,28 +21,45 @@ from cronkeeper.db.migrate import migrate
 DEFAULT_TEST_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def test_database_url() -> str:
-    return os.environ.get("CRONKEEPER_TEST_DATABASE_URL", DEFAULT_TEST_URL)
+def _answers(url: str) -> str | None:
+    """None when the database answers, else the reason it does not."""
+    try:
+        with psycopg.connect(libpq_url(url), connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 - any failure here means: no database
+        return str(exc)
+    return None
+
+
+def libpq_url(url: str) -> str:
+    return normalize_url(url).render_as_string(hide_password=False).replace(
+        "postgresql+psycopg://", "postgresql://"
+    )
 
 
 @pytest.fixture(scope="session")
-def database_url() -> str:
-    url = test_database_url()
-    try:
-        with psycopg.connect(
-            normalize_url(url).render_as_string(hide_password=False).replace(
-                "postgresql+psycopg://", "postgresql://"
-            ),
-            connect_timeout=5,
-        ) as conn:
-            conn.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 - any failure here means: no database
-        pytest.fail(
-            f"these tests need PostgreSQL at {url} (set CRONKEEPER_TEST_DATABASE_URL); "
-            f"could not connect: {exc}",
-            pytrace=False,
-        )
-    return url
+def database_url(tmp_path_factory) -> str:
+    configured = os.environ.get("CRONKEEPER_TEST_DATABASE_URL")
+    url = configured or DEFAULT_TEST_URL
+    problem = _answers(url)
+    if problem is None:
+        return url
+    if not configured:
+        try:
+            import pgserver
+
+            server = pgserver.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
+            url = server.get_uri()
+            os.environ["CRONKEEPER_TEST_DATABASE_URL"] = url  # for subprocesses and helpers
+            problem = _answers(url)
+            if problem is None:
+                return url
+        except Exception as exc:  # noqa: BLE001 - reported below
+            problem = f"{problem}; the embedded PostgreSQL failed too: {exc}"
+    pytest.fail(
+        f"these tests need PostgreSQL (set CRONKEEPER_TEST_DATABASE_URL); {url}: {problem}",
+        pytrace=False,
+    )
 
 
 @pytest.fixture

@@ -171,3 +171,54 @@ def periods_claim(
     with conn.cursor() as cur:
         cur.execute(_CLAIM, cols)
         return cur.fetchall()
+
+
+def versions_history(conn: psycopg.Connection, schedule: str) -> list[VersionRow]:
+    """Every version of one schedule, oldest first."""
+    rows = conn.execute(
+        """
+        SELECT id, schedule, digest, spec, active_from FROM schedule_versions
+        WHERE schedule = %s ORDER BY active_from, id
+        """,
+        (schedule,),
+    ).fetchall()
+    return [VersionRow(*r) for r in rows]
+
+
+def periods_decided(
+    conn: psycopg.Connection, schedule: str, start: datetime, end: datetime
+) -> set[datetime]:
+    rows = conn.execute(
+        """
+        SELECT scheduled_for FROM periods
+        WHERE schedule = %s AND scheduled_for > %s AND scheduled_for <= %s
+        """,
+        (schedule, start, end),
+    )
+    return {r[0] for r in rows}
+
+
+def controls_set(conn: psycopg.Connection, schedule: str, paused: bool, changed_by: str) -> None:
+    conn.execute(
+        """
+        INSERT INTO schedule_controls (schedule, paused, changed_by) VALUES (%s, %s, %s)
+        ON CONFLICT (schedule) DO UPDATE
+           SET paused = excluded.paused, changed_at = clock_timestamp(),
+               changed_by = excluded.changed_by
+        """,
+        (schedule, paused, changed_by),
+    )
+
+
+def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:
+    """A manual job (``trigger``): an outbox row with no period behind it."""
+    return conn.execute(
+        """
+        INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, payload,
+                            max_attempts, run_after, timeout_seconds, backoff, serial, owner)
+        VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s::jsonb, %s, %s)
+        RETURNING id
+        """,
+        (row.key, row.schedule, row.scheduled_for, row.version_id, row.task, row.payload_json,
+         row.max_attempts, row.run_after, row.timeout, row.backoff_json, row.serial, row.owner),
+    ).fetchone()[0]

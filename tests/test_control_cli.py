@@ -1,0 +1,97 @@
+"""pause / resume / trigger / backfill against a real database, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+from cronkeeper.cli.main import cli
+from cronkeeper.db import scheduling as dbs
+from cronkeeper.scheduler import trigger_for
+from cronkeeper.spec.model import Misfire, ScheduleSpec
+
+
+@pytest.fixture
+def raw(database_url, schema):
+    with psycopg.connect(database_url, autocommit=True, options=f"-c search_path={schema}") as conn:
+        yield conn
+
+
+def record_version(raw, spec: ScheduleSpec, ago: timedelta):
+    now = dbs.db_now(raw)
+    ids = dbs.versions_insert(raw, [(spec.name, spec.digest, spec.to_json())], now - ago, term=1)
+    return ids[spec.name], now
+
+
+def invoke(database_url, schema, *args):
+    result = CliRunner().invoke(cli, [*args, "--database-url", database_url, "--schema", schema])
+    assert "Traceback" not in result.output
+    return result
+
+
+SPEC = ScheduleSpec(name="report", timezone="UTC", misfire=Misfire.SKIP, every=600.0, task="t.report")
+
+
+def test_pause_and_resume_set_the_control_row(database_url, schema, raw):
+    record_version(raw, SPEC, timedelta(hours=1))
+    assert invoke(database_url, schema, "pause", "report").exit_code == 0
+    assert dbs.controls_paused(raw) == {"report"}
+    assert invoke(database_url, schema, "resume", "report").exit_code == 0
+    assert dbs.controls_paused(raw) == set()
+
+
+def test_pause_of_an_unknown_schedule_names_the_close_one(database_url, schema, raw):
+    record_version(raw, SPEC, timedelta(hours=1))
+    result = invoke(database_url, schema, "pause", "reprot")
+    assert result.exit_code == 1
+    assert "did you mean 'report'" in result.output
+    assert dbs.controls_paused(raw) == set()
+
+
+def test_trigger_writes_one_manual_job_each_time(database_url, schema, raw):
+    version_id, _ = record_version(raw, SPEC, timedelta(hours=1))
+    assert invoke(database_url, schema, "trigger", "report").exit_code == 0
+    assert invoke(database_url, schema, "trigger", "report").exit_code == 0
+    rows = raw.execute("SELECT idempotency_key, task, version_id, state FROM outbox").fetchall()
+    assert len(rows) == 2
+    assert all(k.startswith("report@manual:") and t == "t.report" and v == version_id and s == "available"
+               for k, t, v, s in rows)
+    assert raw.execute("SELECT count(*) FROM periods").fetchone()[0] == 0
+
+
+def test_backfill_emits_only_periods_without_an_outcome_and_never_twice(database_url, schema, raw):
+    version_id, now = record_version(raw, SPEC, timedelta(hours=1, minutes=1))
+    periods = list(trigger_for(SPEC).fires(now - timedelta(hours=1, minutes=1), now))
+    assert len(periods) == 6
+    # one period already has an outcome (skipped by misfire): backfill must leave it alone
+    raw.execute(
+        "INSERT INTO periods (schedule, scheduled_for, version_id, outcome, reason, term) "
+        "VALUES ('report', %s, %s, 'skipped', 'misfire', 1)",
+        (periods[2], version_id),
+    )
+    window = ["--from", (now - timedelta(hours=2)).isoformat(), "--to", now.isoformat()]
+    dry = invoke(database_url, schema, "backfill", "report", *window, "--dry-run", "--format", "json")
+    assert dry.exit_code == 0, dry.output
+    assert len(json.loads(dry.output)["periods"]) == 5
+    assert raw.execute("SELECT count(*) FROM outbox").fetchone()[0] == 0
+
+    first = invoke(database_url, schema, "backfill", "report", *window, "--format", "json")
+    assert first.exit_code == 0, first.output
+    assert len(json.loads(first.output)["periods"]) == 5
+    again = invoke(database_url, schema, "backfill", "report", *window, "--format", "json")
+    assert json.loads(again.output)["periods"] == []
+    jobs = raw.execute("SELECT scheduled_for FROM outbox ORDER BY 1").fetchall()
+    assert [j[0] for j in jobs] == [p for i, p in enumerate(periods) if i != 2]
+    reasons = raw.execute("SELECT reason, count(*) FROM periods GROUP BY 1 ORDER BY 1").fetchall()
+    assert reasons == [("backfill", 5), ("misfire", 1)]
+
+
+def test_backfill_rejects_a_naive_instant(database_url, schema, raw):
+    record_version(raw, SPEC, timedelta(hours=1))
+    result = invoke(database_url, schema, "backfill", "report", "--from", "2026-01-01T00:00", "--to", "2026-01-02T00:00Z")
+    assert result.exit_code == 2
+    assert "offset or Z" in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from pathlib import Path
 
 from cronkeeper.errors import CronkeeperError
@@ -27,7 +28,9 @@ def start(data_dir: Path | None = None) -> str:
     """Start (or join) the embedded server; return its postgresql:// URL."""
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     try:
-        import pgserver  # noqa: PLC0415 - optional dependency, imported only when needed
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import pgserver  # noqa: PLC0415 - optional dependency, imported only when needed
     except ImportError:
         raise CronkeeperError(
             "no database configured (--database-url / CRONKEEPER_DATABASE_URL) and the embedded "
@@ -36,8 +39,10 @@ def start(data_dir: Path | None = None) -> str:
         ) from None
     try:
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        server = pgserver.get_server(data_dir)
-        url = server.get_uri()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            server = pgserver.get_server(data_dir)
+            url = server.get_uri()
     except Exception as exc:  # noqa: BLE001 - pgserver raises many kinds; report one message
         raise CronkeeperError(f"could not start the embedded PostgreSQL in {data_dir}: {exc}") from None
     log.warning(

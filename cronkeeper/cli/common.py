@@ -8,17 +8,9 @@ from typing import Any
 
 import click
 
+from cronkeeper.spec.diagnostics import safe  # the one escaping helper
 
-def safe(text: object) -> str:
-    """Escape control characters (terminal escape sequences) before printing user-supplied text."""
-    out = []
-    for ch in str(text):
-        code = ord(ch)
-        if code < 0x20 and ch not in "\t" or 0x7F <= code < 0xA0:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+__all__ = ["database_options", "format_option", "safe"]
 
 
 def database_options(func: Callable[..., Any]) -> Callable[..., Any]:

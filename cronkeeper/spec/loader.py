@@ -1,0 +1,265 @@
+"""Schedule files -> a :class:`LoadResult`: the valid schedules, and every problem at once.
+
+Choices (docs/schedules.md repeats them for operators):
+
+- A path may be a file (read whatever its name) or a directory: every ``*.toml`` file below it,
+  in sorted order, skipping names that start with a dot (editor swap files, ``.git``) and not
+  following symlinked directories. The same file reached twice is read once.
+- A file that defines no schedule (empty, or only comments) is a **warning**, and so is a
+  directory without schedule files: the set is valid, but probably not what was meant.
+- A file must be UTF-8 (a leading BOM is tolerated) and at most 16 MiB; anything else is one
+  error at the line where decoding failed (or line 1).
+- A TOML syntax error makes the whole file unreadable: one error at the line TOML reports.
+- A file that defines ``command`` must not be writable by group or others, nor may the
+  directories that hold it, up to the directory that was given: whoever can write there could
+  run code on every worker. One error per file, at its first ``command``.
+- A name defined twice (in one directory or across paths) is an error at each definition, and
+  neither copy is loaded.
+
+``load_paths`` never raises for bad input; ``load_valid`` raises :class:`ScheduleError`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cronkeeper.errors import ScheduleError
+from cronkeeper.spec import fasttoml
+from cronkeeper.spec.diagnostics import Diagnostic, Severity
+from cronkeeper.spec.lines import LineIndex
+from cronkeeper.spec.model import ScheduleSet, ScheduleSpec
+from cronkeeper.spec.validate import check_schedule
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_TOML_LINE = re.compile(r"\s*\(at line (\d+)\)\s*$")
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What a set of schedule files holds. Only valid schedules are in ``schedules``."""
+
+    schedules: ScheduleSet
+    errors: list[Diagnostic]
+    warnings: list[Diagnostic]
+    files: tuple[str, ...] = ()
+    # Schedules defined, valid or not (the "N schedules" of validate's summary).
+    defined: int = 0
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # errors and warnings, in order
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> LoadResult:
+    """Read every schedule file under ``paths``. ``now`` (aware) anchors the DST look-ahead."""
+    diagnostics: list[Diagnostic] = []
+    files: list[tuple[str, str | None]] = []  # (path to show, root directory it was found under)
+    seen: set[str] = set()
+    for raw in paths:
+        path = os.fspath(raw)
+        if os.path.isdir(path):
+            found = _walk(path, diagnostics)
+            if not found:
+                diagnostics.append(Diagnostic(
+                    path, 0, None, "no schedule files (*.toml) in this directory",
+                    Severity.WARNING,
+                ))  # fmt: skip
+            candidates = [(f, path) for f in found]
+        elif os.path.exists(path):
+            candidates = [(path, None)]
+        else:
+            diagnostics.append(Diagnostic(path, 0, None, "no such file or directory"))
+            continue
+        for file, root in candidates:
+            key = os.path.realpath(file)
+            if key not in seen:
+                seen.add(key)
+                files.append((file, root))
+
+    specs: list[ScheduleSpec] = []
+    defined = 0
+    first_seen: dict[str, tuple[str, int]] = {}
+    duplicates: set[str] = set()
+    for file, root in files:
+        file_specs, names, file_diags = _load_file(file, root, now)
+        diagnostics.extend(file_diags)
+        defined += len(names)
+        for name, line in names:
+            if name in first_seen:
+                duplicates.add(name)
+                other_file, other_line = first_seen[name]
+                diagnostics.append(Diagnostic(
+                    file, line, name,
+                    f"duplicate schedule name: also defined at {other_file}:{other_line}",
+                ))  # fmt: skip
+                diagnostics.append(Diagnostic(
+                    other_file, other_line, name,
+                    f"duplicate schedule name: also defined at {file}:{line}",
+                ))  # fmt: skip
+            else:
+                first_seen[name] = (file, line)
+        specs.extend(file_specs)
+
+    order = {file: i for i, (file, _) in enumerate(files)}
+    diagnostics.sort(key=lambda d: (order.get(d.file, -1), d.line))
+    return LoadResult(
+        schedules=ScheduleSet(tuple(s for s in specs if s.name not in duplicates)),
+        errors=[d for d in diagnostics if d.severity is Severity.ERROR],
+        warnings=[d for d in diagnostics if d.severity is Severity.WARNING],
+        files=tuple(file for file, _ in files),
+        defined=defined,
+        diagnostics=diagnostics,
+    )
+
+
+def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> ScheduleSet:
+    """The schedules under ``paths``; :class:`ScheduleError` listing every error if any."""
+    result = load_paths(paths, now=now)
+    if result.errors:
+        count = len(result.errors)
+        lines = "\n".join(d.render() for d in result.errors)
+        raise ScheduleError(
+            f"{count} error{'s' if count != 1 else ''} in schedule files:\n{lines}", result.errors
+        )
+    return result.schedules
+
+
+FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic]]
+
+
+def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
+    found: list[str] = []
+
+    def on_error(exc: OSError) -> None:
+        diagnostics.append(Diagnostic(
+            exc.filename or root, 0, None, f"cannot read directory: {exc.strerror}"
+        ))  # fmt: skip
+
+    for directory, dirnames, filenames in os.walk(root, onerror=on_error):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found.extend(
+            os.path.join(directory, f)
+            for f in filenames
+            if f.endswith(".toml") and not f.startswith(".")
+        )
+    return sorted(found)
+
+
+def _load_file(file: str, root: str | None, now: datetime) -> FileResult:
+    """(valid specs, (name, line) of every schedule defined, diagnostics) of one file."""
+    diags: list[Diagnostic] = []
+
+    def fail(message: str, line: int = 1) -> tuple[list[ScheduleSpec], list, list[Diagnostic]]:
+        diags.append(Diagnostic(file, line, None, message))
+        return [], [], diags
+
+    try:
+        with open(file, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return fail("not a regular file")
+            if st.st_size > MAX_FILE_BYTES:
+                return fail(f"file is too large ({st.st_size} bytes; at most 16 MiB)")
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        return fail(f"cannot read file: {exc.strerror or exc}", 0)
+    if len(data) > MAX_FILE_BYTES:
+        return fail("file is too large (at most 16 MiB)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return fail(f"not a UTF-8 text file (byte 0x{data[exc.start]:02x} at offset "
+                    f"{exc.start}); schedule files are UTF-8 TOML", line)  # fmt: skip
+    fast = fasttoml.parse(text)
+    if fast is not None:
+        doc, lines = fast
+        index = LineIndex.from_lines(lines)
+    else:
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            message, line = _toml_error(str(exc))
+            return fail(f"invalid TOML: {message}", line)
+        except RecursionError:
+            return fail("invalid TOML: nested too deeply to read")
+        index = LineIndex(text)
+    specs: list[ScheduleSpec] = []
+    names: list[tuple[str, int]] = []
+    command_line: tuple[str, int] | None = None
+    for name, table in doc.items():
+        if not isinstance(table, dict):
+            diags.append(Diagnostic(file, index.line(name), None, _not_a_table(name, table)))
+            continue
+
+        def line_of(*path: str, _name: str = name) -> int:
+            return index.line(_name, *path)
+
+        names.append((name, line_of()))
+        spec, schedule_diags = check_schedule(name, table, file=file, line_of=line_of, now=now)
+        diags.extend(schedule_diags)
+        if spec is not None:
+            specs.append(spec)
+        if "command" in table and command_line is None:
+            command_line = (name, line_of("command"))
+
+    if not doc:
+        diags.append(Diagnostic(file, 1, None, "file defines no schedules", Severity.WARNING))
+    if command_line is not None:
+        problem = _writable_problem(file, root)
+        if problem is not None:
+            name, line = command_line
+            diags.append(Diagnostic(file, line, name, problem))
+            specs = []
+    return specs, names, diags
+
+
+def _toml_error(text: str) -> tuple[str, int]:
+    m = _TOML_POSITION.search(text)
+    if m:
+        return f"{text[: m.start()]} at column {m.group(2)}", int(m.group(1))
+    m = _TOML_LINE.search(text)
+    if m:
+        return text[: m.start()], int(m.group(1))
+    return text, 1
+
+
+def _not_a_table(name: str, value: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        return (f"'{name}' is an array of tables ([[{name}]]); a schedule is one table: "
+                f"write [{name}]")  # fmt: skip
+    return (f"top-level key '{name}' is not a schedule: each schedule is a table, a line "
+            "[schedule-name] followed by its keys (cron = ..., timezone = ...)")  # fmt: skip
+
+
+def _writable_problem(file: str, root: str | None) -> str | None:
+    """Why workers must not trust ``file``'s commands, if anyone but its owner can change it."""
+    checks = [(file, "file")]
+    directory = os.path.dirname(os.path.abspath(file))
+    stop = os.path.abspath(root) if root is not None else directory
+    while True:
+        checks.append((directory, "directory"))
+        if directory == stop or os.path.dirname(directory) == directory:
+            break
+        directory = os.path.dirname(directory)
+    for path, kind in checks:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if mode & 0o022:
+            who = " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
+            where = "this file" if kind == "file" else f"the directory {path} that holds it"
+            return (f"defines 'command' but {where} is writable by {who} (mode "
+                    f"{stat.S_IMODE(mode):04o}): whoever can write there can run programs on "
+                    f"every worker; run chmod go-w {path}")  # fmt: skip
+    return None

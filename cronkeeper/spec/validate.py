@@ -1,0 +1,424 @@
+"""One schedule table -> a frozen :class:`ScheduleSpec`, or every problem with it.
+
+Rules (SPEC §2, §3; docs/schedules.md is the reference):
+
+- exactly one of ``cron`` / ``every``; exactly one of ``task`` / ``command``;
+- ``timezone`` and ``misfire`` are required: the silent default is how runs go missing;
+- ``catch_up_limit`` with a misfire other than ``catch_up`` is an **error**, not a warning: the
+  value would be silently ignored, and whoever wrote it believes missed periods are caught up;
+- ``permanent_exit_codes`` on a ``task`` schedule is an error for the same reason;
+- ``every`` is a whole number of seconds, at least 1 s; ``timeout`` and ``backoff.base`` are
+  greater than zero; ``grace``, ``jitter`` and ``catch_up_limit`` at least zero (the last greater);
+  ``backoff.max`` at least ``backoff.base``; ``1 <= backoff.factor <= 100``;
+  ``1 <= max_attempts <= 1000``; every duration at most 3660 days;
+- warnings: a deprecated zone alias, a fixed local time in a DST gap or fold in the coming
+  year, ``timeout`` longer than the interval with ``overlap = "allow"``, no ``owner``.
+
+Checks that depend only on the cron expression, zone and ``now`` are cached: a directory of
+10,000 schedules shares a few hundred of them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import itertools
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronkeeper.spec import values as v
+from cronkeeper.spec.diagnostics import Diagnostic, Severity
+from cronkeeper.spec.model import (
+    DEFAULT_BACKOFF_BASE,
+    DEFAULT_BACKOFF_FACTOR,
+    DEFAULT_BACKOFF_MAX,
+    DEFAULT_CATCH_UP_LIMIT,
+    DEFAULT_GRACE,
+    DEFAULT_JITTER,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TIMEOUT,
+    Backoff,
+    Misfire,
+    Overlap,
+    ScheduleSpec,
+)
+from cronkeeper.timing import (
+    TimingError,
+    deprecated_zone_alias,
+    dst_anomalies,
+    load_zone,
+    make_trigger,
+    parse_cron,
+    zones,
+)
+
+KEYS = (
+    "cron", "every", "timezone", "misfire", "catch_up_limit", "overlap", "task", "command",
+    "payload", "grace", "jitter", "timeout", "max_attempts", "backoff", "permanent_exit_codes",
+    "owner", "description",
+)  # fmt: skip
+BACKOFF_KEYS = ("base", "factor", "max")
+MAX_ATTEMPTS_LIMIT = 1000
+MAX_BACKOFF_FACTOR = 100.0
+# How far ahead DST anomalies are looked for, and how many fires measure a cron's interval.
+DST_HORIZON = timedelta(days=366)
+INTERVAL_FIRES = 8
+INTERVAL_HORIZON = timedelta(days=4 * 366)
+
+Report = Callable[[str, tuple[str, ...], Severity], None]
+
+
+def unknown_key_message(key: str, known: tuple[str, ...], where: str = "") -> str:
+    message = f"unknown key '{key}'{where}"
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    if close:
+        message += f"; did you mean '{close[0]}'?"
+    return message
+
+
+def check_schedule(
+    name: str,
+    table: dict[str, Any],
+    *,
+    file: str,
+    line_of: Callable[..., int],
+    now: datetime,
+) -> tuple[ScheduleSpec | None, list[Diagnostic]]:
+    """Validate one schedule. ``line_of(*key_path)`` gives the line of a key of this table."""
+    diagnostics: list[Diagnostic] = []
+    errors = 0
+
+    def report(message: str, path: tuple[str, ...] = (), severity: Severity = Severity.ERROR):
+        nonlocal errors
+        if severity is Severity.ERROR:
+            errors += 1
+        diagnostics.append(Diagnostic(file, line_of(*path), name, message, severity))
+
+    def err(message: str, *path: str) -> None:
+        report(message, path)
+
+    def warn(message: str, *path: str) -> None:
+        report(message, path, Severity.WARNING)
+
+    problem = v.name_problem(name)
+    if problem is not None:
+        err(problem)
+
+    for key, value in table.items():
+        if key not in KEYS:
+            if isinstance(value, dict) and any(k in KEYS for k in value):
+                # [nightly.backup] is a table 'backup' inside 'nightly', not one schedule.
+                quoted = f"{name}.{key}"
+                message = (
+                    f"unknown key '{key}' (a table); if '{quoted}' is meant as one schedule's "
+                    f"name, quote it: [\"{quoted}\"]"
+                )
+            else:
+                message = unknown_key_message(key, KEYS)
+            err(message, key)
+
+    # -- when: cron | every, timezone ---------------------------------------------------------
+    cron = table.get("cron")
+    every_raw = table.get("every")
+    every: float | None = None
+    if cron is not None and every_raw is not None:
+        err("both 'cron' and 'every' are set; keep one", "every")
+    elif cron is None and every_raw is None:
+        err("neither 'cron' nor 'every' is set: say when the schedule fires")
+    cron_ok = False
+    if cron is not None:
+        problem = v.string("cron", cron)
+        if problem is None:
+            problem = _cron_problem(cron)
+        if problem is not None:
+            err(problem, "cron")
+        else:
+            cron_ok = True
+    if every_raw is not None:
+        result = v.duration("every", every_raw, minimum=1.0)
+        if isinstance(result, str):
+            err(result, "every")
+        elif result != int(result):
+            err(f"'every' must be a whole number of seconds, got {v.shown(every_raw)}", "every")
+        else:
+            every = result
+
+    timezone = table.get("timezone")
+    zone_ok = False
+    if timezone is None:
+        err("missing required key 'timezone': an IANA name such as \"UTC\" or "
+            "\"Europe/Berlin\" (there is no default)")  # fmt: skip
+    else:
+        problem = v.string("timezone", timezone)
+        if problem is None:
+            problem, alias = _zone_check(timezone)
+            if alias is not None:
+                warn(f"timezone '{timezone}' is a deprecated alias; use '{alias}'", "timezone")
+        if problem is not None:
+            err(problem, "timezone")
+        else:
+            zone_ok = True
+
+    # -- policies -------------------------------------------------------------------------------
+    misfire = _enum(table, "misfire", Misfire, err, required=True)
+    overlap = _enum(table, "overlap", Overlap, err, required=False) or Overlap.SKIP
+
+    catch_up_limit = DEFAULT_CATCH_UP_LIMIT
+    if "catch_up_limit" in table:
+        result = v.duration("catch_up_limit", table["catch_up_limit"], strict=True)
+        if isinstance(result, str):
+            err(result, "catch_up_limit")
+        else:
+            catch_up_limit = result
+        if misfire is not None and misfire is not Misfire.CATCH_UP:
+            err(f"'catch_up_limit' applies only with misfire = \"catch_up\" (this schedule has "
+                f"misfire = \"{misfire}\"); remove it or change misfire", "catch_up_limit")  # fmt: skip
+
+    # -- what: task | command, payload -----------------------------------------------------------
+    task = table.get("task")
+    command = table.get("command")
+    if task is not None and command is not None:
+        err("both 'task' and 'command' are set; keep one", "command")
+    elif task is None and command is None:
+        err("neither 'task' nor 'command' is set: say what the job is")
+    if task is not None and (problem := v.task_problem(task)) is not None:
+        err(problem, "task")
+    if command is not None and (problem := v.command_problem(command)) is not None:
+        err(problem, "command")
+
+    payload_json = "{}"
+    if "payload" in table:
+        result = v.payload_json(table["payload"])
+        if isinstance(result, tuple):
+            err(result[0], "payload", *result[1])
+        else:
+            payload_json = result
+
+    # -- durations and retries --------------------------------------------------------------------
+    def dur(key: str, default: float, **bounds: Any) -> float:
+        if key not in table:
+            return default
+        result = v.duration(key, table[key], **bounds)
+        if isinstance(result, str):
+            err(result, key)
+            return default
+        return result
+
+    grace = dur("grace", DEFAULT_GRACE)
+    jitter = dur("jitter", DEFAULT_JITTER)
+    timeout = dur("timeout", DEFAULT_TIMEOUT, strict=True)
+
+    max_attempts = DEFAULT_MAX_ATTEMPTS
+    if "max_attempts" in table:
+        result = v.integer("max_attempts", table["max_attempts"], low=1, high=MAX_ATTEMPTS_LIMIT)
+        if isinstance(result, str):
+            err(result, "max_attempts")
+        else:
+            max_attempts = result
+
+    backoff = _backoff(table.get("backoff"), err) if "backoff" in table else Backoff()
+
+    exit_codes: tuple[int, ...] = ()
+    if "permanent_exit_codes" in table:
+        result = v.exit_codes(table["permanent_exit_codes"])
+        if isinstance(result, str):
+            err(result, "permanent_exit_codes")
+        else:
+            exit_codes = result
+        if task is not None and command is None:
+            err("'permanent_exit_codes' applies only to 'command' schedules (a task handler "
+                "raises PermanentError instead)", "permanent_exit_codes")  # fmt: skip
+
+    # -- people -------------------------------------------------------------------------------
+    owner = table.get("owner")
+    if owner is None:
+        warn("no 'owner': nobody will be alerted about its dead letters and missed periods")
+    elif (problem := v.string("owner", owner)) is not None:
+        err(problem, "owner")
+    description = table.get("description")
+    if description is not None and (problem := v.string("description", description, empty_ok=True)):
+        err(problem, "description")
+
+    # -- timing warnings, once what they need is valid --------------------------------------------
+    if zone_ok and (cron_ok or every is not None) and not (cron_ok and every is not None):
+        when = cron if cron_ok else None
+        for message in _dst_warnings(when, every, timezone, now):
+            warn(message, "cron")
+        if overlap is Overlap.ALLOW:
+            interval = every if every is not None else _shortest_gap(cron, now)
+            if interval is not None and timeout > interval:
+                what, key = (
+                    (f"'timeout' ({v.shown(table['timeout'])})", "timeout")
+                    if "timeout" in table
+                    else ("the default timeout (10m)", "overlap")
+                )
+                warn(f"{what} is longer than the interval between fires "
+                     f"({_fmt_interval(interval)}) with overlap = \"allow\": runs can pile up; "
+                     "shorten the timeout or use overlap = \"skip\" or \"serial\"", key)  # fmt: skip
+
+    if errors:
+        return None, diagnostics
+    spec = ScheduleSpec(
+        name=name,
+        timezone=timezone,
+        misfire=misfire,  # type: ignore[arg-type]  # not None: no error
+        cron=cron,
+        every=every,
+        catch_up_limit=catch_up_limit,
+        overlap=overlap,
+        task=task,
+        command=tuple(command) if command is not None else None,
+        payload_json=payload_json,
+        grace=grace,
+        jitter=jitter,
+        timeout=timeout,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        permanent_exit_codes=exit_codes,
+        owner=owner,
+        description=description,
+        file=file,
+        line=line_of(),
+    )
+    return spec, diagnostics
+
+
+_CHOICES = {enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap)}
+
+
+def _enum(table: dict[str, Any], key: str, enum: type, err: Callable[..., None], *, required: bool):
+    choices = _CHOICES[enum]
+    if key not in table:
+        if required:
+            err(f"missing required key '{key}': one of {', '.join(choices)} "
+                "(there is no default)")  # fmt: skip
+        return None
+    value = table[key]
+    if not isinstance(value, str):
+        err(f"'{key}' must be a string, one of {', '.join(choices)}; not {v.type_name(value)}", key)
+        return None
+    if value not in choices:
+        message = f"'{key}' must be one of {', '.join(choices)}, not {v.shown(value)}"
+        close = difflib.get_close_matches(value.lower().replace("-", "_"), choices, n=1)
+        if close:
+            message += f"; did you mean '{close[0]}'?"
+        err(message, key)
+        return None
+    return enum(value)
+
+
+def _backoff(raw: Any, err: Callable[..., None]) -> Backoff:
+    if not isinstance(raw, dict):
+        err(f"'backoff' must be a table like {{ base = \"30s\", factor = 2, max = \"1h\" }}, "
+            f"not {v.type_name(raw)}", "backoff")  # fmt: skip
+        return Backoff()
+    for key in raw:
+        if key not in BACKOFF_KEYS:
+            err(unknown_key_message(key, BACKOFF_KEYS, " in 'backoff'"), "backoff", key)
+    base, factor, maximum = DEFAULT_BACKOFF_BASE, DEFAULT_BACKOFF_FACTOR, DEFAULT_BACKOFF_MAX
+    ok = True
+    if "base" in raw:
+        result = v.duration("backoff.base", raw["base"], strict=True)
+        if isinstance(result, str):
+            err(result, "backoff", "base")
+            ok = False
+        else:
+            base = result
+    if "factor" in raw:
+        result = v.number("backoff.factor", raw["factor"], low=1.0, high=MAX_BACKOFF_FACTOR)
+        if isinstance(result, str):
+            err(result, "backoff", "factor")
+        else:
+            factor = result
+    if "max" in raw:
+        result = v.duration("backoff.max", raw["max"], strict=True)
+        if isinstance(result, str):
+            err(result, "backoff", "max")
+            ok = False
+        else:
+            maximum = result
+    if ok and maximum < base:
+        err(f"'backoff.max' ({maximum:g}s) is shorter than 'backoff.base' ({base:g}s)",
+            "backoff", "max" if "max" in raw else "base")  # fmt: skip
+    return Backoff(base=base, factor=factor, max=maximum)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_problem(expr: str) -> str | None:
+    try:
+        parsed = parse_cron(expr)
+    except TimingError as exc:
+        return f"cron {v.shown(expr)}: {exc}"
+    if parsed.never_fires():
+        return f"cron {v.shown(expr)} can never fire (no date matches it)"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone_check(name: str) -> tuple[str | None, str | None]:
+    """(error message, canonical name if ``name`` is a deprecated alias)."""
+    try:
+        load_zone(name)
+    except TimingError as exc:
+        return str(exc), None
+    return None, deprecated_zone_alias(name)
+
+
+@functools.lru_cache(maxsize=16384)
+def _dst_warnings(
+    cron: str | None, every: float | None, timezone: str, now: datetime
+) -> tuple[str, ...]:
+    """What DST does to a fixed-time cron in the coming year (nothing for ``every``)."""
+    if cron is None:
+        return ()
+    try:
+        trigger = make_trigger(cron=cron, every=every, timezone=timezone)
+    except TimingError:  # already reported by the checks of cron and timezone
+        return ()
+    if not trigger.fixed_time:
+        return ()
+    touched = _dst_hours(timezone, now)
+    if not touched or touched.isdisjoint(trigger.expr.hours):
+        return ()  # no offset change in the coming year touches an hour this cron names
+    return tuple(a.message for a in dst_anomalies(trigger, now, now + DST_HORIZON))
+
+
+@functools.lru_cache(maxsize=512)
+def _dst_hours(timezone: str, now: datetime) -> frozenset[int]:
+    """Local hours of the day that a gap skips or a fold repeats in the coming year: a cheap
+    filter before the exact (and slower) ``dst_anomalies``."""
+    zone = load_zone(timezone)
+    start = int(now.timestamp())
+    end = start + int(DST_HORIZON.total_seconds())
+    hours: set[int] = set()
+    for instant, before, after in zones.transitions(zone, start - 86400, end + 86400):
+        first, last = sorted((instant + before, instant + after))  # local seconds it affects
+        hours.update(h % 24 for h in range(first // 3600, (last - 1) // 3600 + 1))
+    return frozenset(hours)
+
+
+@functools.lru_cache(maxsize=4096)
+def _shortest_gap(cron: str, now: datetime) -> float | None:
+    """The shortest time between consecutive fires among the next few (None: fewer than two).
+
+    Measured in UTC: the nominal interval of the expression, the same in every zone (a DST
+    change lengthens or shortens one gap a year; that is not what this warning is about).
+    """
+    try:
+        trigger = make_trigger(cron=cron, every=None, timezone="UTC")
+    except TimingError:
+        return None
+    fires = list(itertools.islice(trigger.fires(now, now + INTERVAL_HORIZON), INTERVAL_FIRES))
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
+    return min(gaps) if gaps else None
+
+
+def _fmt_interval(seconds: float) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds / 86400:g}d"
+    if seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"

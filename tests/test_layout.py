@@ -1,0 +1,65 @@
+"""Each line of code knows its room: pure modules import no I/O layer, and only db/ talks to
+the database driver. Checked by walking imports with ast."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
+
+PURE = ["spec", "timing", "planning.py", "audit.py", "backoff.py"]
+FORBIDDEN_IN_PURE = (
+    "cronkeeper.db", "cronkeeper.cli", "cronkeeper.worker", "cronkeeper.election",
+    "cronkeeper.scheduler", "cronkeeper.metrics", "sqlalchemy", "psycopg", "prometheus_client",
+)
+DRIVERS = ("sqlalchemy", "psycopg")
+# Outside db/, only these may name a driver: each for a reason written beside it.
+DRIVER_EXCEPTIONS: dict[str, str] = {}
+
+
+def modules(*roots: str) -> list[Path]:
+    found: list[Path] = []
+    for root in roots:
+        path = PACKAGE / root
+        found.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else [])
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_pure_modules_import_no_io_layer():
+    checked = modules(*PURE)
+    assert len(checked) >= 5
+    offenders = {
+        str(p.relative_to(PACKAGE)): sorted(n for n in imports(p) if n.startswith(FORBIDDEN_IN_PURE))
+        for p in checked
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_pure_modules_read_no_clock():
+    for path in modules(*PURE):
+        text = path.read_text()
+        for call in ("datetime.now(", "time.time(", "time.monotonic(", "date.today("):
+            assert call not in text, (path.name, call)
+
+
+def test_only_db_imports_the_database_driver():
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith("db/") or rel in DRIVER_EXCEPTIONS:
+            continue
+        bad = sorted(n for n in imports(path) if n.split(".")[0] in DRIVERS)
+        if bad:
+            offenders[rel] = bad
+    assert offenders == {}

@@ -1,3 +1,22 @@
-"""cronkeeper: distributed cron that writes exactly one job per period into a PostgreSQL outbox."""
+"""cronkeeper: distributed cron that writes exactly one job per period into a PostgreSQL outbox.
+
+``cronkeeper.enqueue`` and ``cronkeeper.PermanentError`` load lazily, so ``import cronkeeper``
+stays light (no SQLAlchemy or psycopg until they are used).
+"""
+
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["PermanentError", "__version__", "enqueue"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "enqueue":
+        from cronkeeper.db.enqueue import enqueue
+
+        return enqueue
+    if name == "PermanentError":
+        from cronkeeper.errors import PermanentError
+
+        return PermanentError
+    raise AttributeError(f"module 'cronkeeper' has no attribute {name!r}")

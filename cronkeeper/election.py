@@ -37,14 +37,17 @@ import threading
 from dataclasses import dataclass
 from enum import StrEnum
 
-import psycopg
-import sqlalchemy as sa
-from sqlalchemy.engine import URL
-
 from cronkeeper import __version__, clock
 from cronkeeper.db import leader as dbl
 from cronkeeper.db import prune as dbp
-from cronkeeper.db.engine import describe, leader_lock_key
+from cronkeeper.db.engine import (
+    DRIVER_ERRORS,
+    URL,
+    Engine,
+    RawConnection,
+    describe,
+    leader_lock_key,
+)
 from cronkeeper.db.instances import instances_forget, instances_heartbeat
 from cronkeeper.errors import LeadershipLost, PoolerDetected
 from cronkeeper.scheduler import Scheduler, TickReport
@@ -85,7 +88,7 @@ class Node:
         url: URL,
         schema: str,
         cluster: str,
-        engine: sa.Engine,
+        engine: Engine,
         schedules: ScheduleSet,
         instance_id: str,
         options: NodeOptions = NodeOptions(),
@@ -108,7 +111,7 @@ class Node:
         self.connected = threading.Event()
         self._wake = threading.Event()
         self._pending: ScheduleSet | None = None
-        self._conn: psycopg.Connection | None = None
+        self._conn: RawConnection | None = None
         self._waiting_for_lock = False
         self._lock_pid: int | None = None
         self.last_progress = clock.monotonic()
@@ -141,7 +144,7 @@ class Node:
                     self.fatal = exc
                     log.error("%s", exc, extra={"action": "refused_pooler"})
                     return
-                except (psycopg.Error, LeadershipLost, OSError) as exc:
+                except (*DRIVER_ERRORS, LeadershipLost, OSError) as exc:
                     was_leader = self.role is Role.LEADER
                     self._set_role(Role.CONNECTING)
                     if self.stopping.is_set():
@@ -178,15 +181,13 @@ class Node:
         self._set_role(Role.FOLLOWER)
         self._waiting_for_lock = True
         try:
-            if self.stopping.is_set():
-                return
-            dbl.lock_wait(conn, self.lock_key)
-        except psycopg.errors.QueryCanceled:
-            if self.stopping.is_set():
-                return
-            raise
+            granted = not self.stopping.is_set() and dbl.lock_wait(conn, self.lock_key)
         finally:
             self._waiting_for_lock = False
+        if not granted:
+            if self.stopping.is_set():
+                return
+            raise LeadershipLost("the wait for the leader lock was cancelled")
         if self.stopping.is_set():
             dbl.lock_release(conn, self.lock_key)
             return
@@ -197,7 +198,7 @@ class Node:
                                           "instance": self.instance_id})
         self._lead(conn)
 
-    def _lead(self, conn: psycopg.Connection) -> None:
+    def _lead(self, conn: RawConnection) -> None:
         scheduler = Scheduler(
             conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
             on_tick=self._report,
@@ -229,10 +230,10 @@ class Node:
             dbl.leadership_release(conn, self.cluster, scheduler.term)
             dbl.lock_release(conn, self.lock_key)
             log.info("leadership released", extra={"action": "leader_released", "term": self.term})
-        except psycopg.Error as exc:
+        except DRIVER_ERRORS as exc:
             log.warning("releasing leadership: %s", describe(exc), extra={"action": "leader_release_failed"})
 
-    def _prune(self, conn: psycopg.Connection, scheduler: Scheduler) -> None:
+    def _prune(self, conn: RawConnection, scheduler: Scheduler) -> None:
         with conn.transaction():
             scheduler.confirm()
             counts = dbp.prune(

@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import psycopg
-
 from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leader as dbl
 from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
 from cronkeeper.spec.model import Overlap, ScheduleSet, ScheduleSpec
@@ -54,7 +53,7 @@ def trigger_for(spec: ScheduleSpec) -> Trigger:
 class Scheduler:
     def __init__(
         self,
-        conn: psycopg.Connection,
+        conn: RawConnection,
         *,
         cluster: str,
         term: int,
@@ -68,6 +67,7 @@ class Scheduler:
         self.on_tick = on_tick
         self.states: dict[str, ScheduleState] = {}
         self._heap: list[tuple[datetime, str]] = []
+        self._horizon: datetime | None = None  # the last tick decided every period up to here
 
     # -- fencing ---------------------------------------------------------------------------
     def confirm(self) -> datetime:
@@ -93,8 +93,9 @@ class Scheduler:
 
     def adopt(self, schedules: ScheduleSet) -> dict[str, str]:
         """Make the file set the one in force from now on: new, changed and removed schedules
-        get a version row at the database's now. Call after ``tick`` has decided every period
-        due under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
+        get a version row active from the last tick's horizon (the database's now when it
+        read the clock). Call right after ``tick``, which decided every period up to that
+        horizon under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
         wanted = schedules.by_name()
         changes: dict[str, str] = {}
         rows: list[tuple[str, str, dict | None]] = []
@@ -110,16 +111,19 @@ class Scheduler:
             return changes
         with self.conn.transaction():
             now = self.confirm()
-            ids = dbs.versions_insert(self.conn, rows, now, self.term)
+            # The old versions decided every period up to the last tick's horizon; the new ones
+            # take over from exactly there, so no instant in between is left to neither.
+            at = min(self._horizon, now) if self._horizon is not None else now
+            ids = dbs.versions_insert(self.conn, rows, at, self.term)
         for name, kind in changes.items():
-            if kind == "removed":
+            if kind != "removed":
+                version_id = ids.get(name)
+                if version_id is None:  # another leader recorded the same instant: reload to agree
+                    raise LeadershipLost("a concurrent leader recorded schedule versions")
+                self.states[name] = ScheduleState(wanted[name], version_id,
+                                                  trigger_for(wanted[name]), at)
+            else:
                 del self.states[name]
-                continue
-            spec = wanted[name]
-            version_id = ids.get(name)
-            if version_id is None:  # another leader recorded the same instant: reload to agree
-                raise LeadershipLost("a concurrent leader recorded schedule versions")
-            self.states[name] = ScheduleState(spec, version_id, trigger_for(spec), now)
             log.info(
                 "schedule %s",
                 kind,
@@ -157,9 +161,11 @@ class Scheduler:
             if periods:
                 due[name] = periods
         report = TickReport(now=now)
+        horizon = now
         with self.conn.transaction():
             now = self.confirm() if not due else self._decide(due, report)
         report.now = now
+        self._horizon = horizon
         for name, periods in due.items():
             state = self.states[name]
             state.after = periods[-1]

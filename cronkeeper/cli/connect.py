@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlalchemy as sa
-from sqlalchemy.engine import URL
-
 from cronkeeper import embedded
-from cronkeeper.db.engine import check_schema_name, make_engine, normalize_url
+from cronkeeper.db.engine import URL, Engine, check_schema_name, make_engine, normalize_url
 from cronkeeper.db.migrate import migrate, require_current
 
 
@@ -16,7 +13,7 @@ from cronkeeper.db.migrate import migrate, require_current
 class Database:
     url: URL
     schema: str
-    engine: sa.Engine
+    engine: Engine
     embedded: bool
 
 

@@ -16,6 +16,13 @@ from sqlalchemy.pool import NullPool
 
 from cronkeeper.errors import DatabaseError, UsageError
 
+# What code outside db/ may name: the driver's types and errors, without importing the driver.
+Engine = sa.Engine
+Connection = sa.Connection
+RawConnection = psycopg.Connection
+DRIVER_ERRORS: tuple[type[BaseException], ...] = (sa_exc.DBAPIError, psycopg.Error)
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, sa_exc.OperationalError)
+
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 # Client-side TCP keepalives: a dead peer is noticed in about idle + interval * count seconds.

@@ -44,9 +44,14 @@ def backend_pid(conn: psycopg.Connection) -> int:
     return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
 
 
-def lock_wait(conn: psycopg.Connection, key: int) -> None:
-    """Block on the lock itself until it is granted (cancel the connection to stop waiting)."""
-    conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+def lock_wait(conn: psycopg.Connection, key: int) -> bool:
+    """Block on the lock itself until it is granted: True. False when the wait was cancelled
+    (``conn.cancel_safe()`` from another thread, on shutdown)."""
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    except psycopg.errors.QueryCanceled:
+        return False
+    return True
 
 
 def lock_release(conn: psycopg.Connection, key: int) -> None:

@@ -1,0 +1,180 @@
+"""cronkeeper dlq list|show|replay|discard: dead letters (§7).
+
+Replay and discard print how many jobs and which tasks they touch and ask every time; ``--yes``
+for scripts; without a terminal and without ``--yes`` they refuse (exit 1) and change nothing.
+Replay: state back to available, run_after now, a fresh attempt budget (attempts reset to 0; the
+earlier attempts stay recorded, renumbered negative, and ``explain`` still lists them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from cronkeeper.cli.common import database_options, format_option, safe
+from cronkeeper.errors import CronkeeperError, UsageError
+
+
+def _age(text: str | None) -> float | None:
+    if not text:
+        return None
+    from cronkeeper.timing.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except Exception as exc:  # noqa: BLE001 - a usage error, with the parser's message
+        raise UsageError(f"invalid age {text!r}: {exc}") from None
+
+
+def filters(func):
+    for option in reversed([
+        click.option("--schedule", default=None, help="Only this schedule's dead letters."),
+        click.option("--task", default=None, help="Only this task's dead letters."),
+        click.option("--older-than", default=None, help="Dead for at least this long (e.g. 2h)."),
+        click.option("--newer-than", default=None, help="Dead for at most this long (e.g. 1d)."),
+    ]):
+        func = option(func)
+    return func
+
+
+def _select(database_url, schema, schedule, task, older_than, newer_than, ids=None) -> tuple[Any, list[dict]]:
+    from cronkeeper.cli.connect import open_database
+    from cronkeeper.db.attempts import outbox_dead_list
+    from cronkeeper.db.engine import translate_errors
+
+    db = open_database(database_url, schema)
+    older, newer = _age(older_than), _age(newer_than)
+    with translate_errors("reading dead letters"), db.engine.connect() as conn:
+        now = conn.exec_driver_sql("SELECT now()").scalar()
+        rows = outbox_dead_list(
+            conn, schedule=schedule, task=task,
+            dead_before=now - timedelta(seconds=older) if older is not None else None,
+            dead_after=now - timedelta(seconds=newer) if newer is not None else None,
+            ids=ids, limit=100_000,
+        )
+    return db, rows
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def _item(row: dict) -> dict[str, Any]:
+    return {"id": row["id"], "idempotency_key": row["idempotency_key"], "schedule": row["schedule"],
+            "task": row["task"], "attempts": row["attempts"], "last_error": row["last_error"],
+            "dead_at": _iso(row["dead_at"])}
+
+
+@click.group("dlq")
+def dlq_command() -> None:
+    """Dead letters: jobs that failed permanently or ran out of attempts."""
+
+
+@dlq_command.command("list")
+@database_options
+@filters
+@format_option
+def list_command(database_url, schema, cluster, schedule, task, older_than, newer_than, fmt) -> None:
+    """List dead letters, oldest first."""
+    _, rows = _select(database_url, schema, schedule, task, older_than, newer_than)
+    if fmt == "json":
+        click.echo(json.dumps([_item(r) for r in rows], indent=2))
+        return
+    if not rows:
+        click.echo("no dead letters")
+        return
+    click.echo(f"{'ID':>8}  {'DEAD AT':20}  {'TASK':24}  {'ATT':>3}  KEY / LAST ERROR")
+    for r in rows:
+        click.echo(f"{r['id']:>8}  {(_iso(r['dead_at']) or '')[:20]:20}  {safe(r['task'])[:24]:24}  "
+                   f"{r['attempts']:>3}  {safe(r['idempotency_key'])}")
+        click.echo(f"{'':>8}  {safe(r['last_error'] or '')[:200]}")
+    click.echo(f"{len(rows)} dead letter{'s' if len(rows) != 1 else ''}")
+
+
+@dlq_command.command("show")
+@database_options
+@click.argument("job_id", type=int)
+@format_option
+def show_command(database_url, schema, cluster, job_id, fmt) -> None:
+    """One dead letter: payload, last error, attempts."""
+    db, rows = _select(database_url, schema, None, None, None, None, ids=[job_id])
+    if not rows:
+        raise CronkeeperError(f"no dead letter with id {job_id}")
+    from cronkeeper.db.attempts import attempts_for_job
+
+    with db.engine.connect() as conn:
+        attempts = attempts_for_job(conn, job_id)
+    row = rows[0]
+    item = {**_item(row), "payload": row["payload"], "owner": row["owner"],
+            "max_attempts": row["max_attempts"], "scheduled_for": _iso(row["scheduled_for"]),
+            "created_at": _iso(row["created_at"]),
+            "attempt_log": [{**a, "started_at": _iso(a["started_at"]),
+                             "finished_at": _iso(a["finished_at"])} for a in attempts]}
+    if fmt == "json":
+        click.echo(json.dumps(item, indent=2))
+        return
+    for key in ("id", "idempotency_key", "schedule", "task", "owner", "scheduled_for", "created_at",
+                "dead_at", "attempts", "max_attempts", "last_error"):
+        click.echo(f"{key:16} {safe(item[key])}")
+    click.echo(f"{'payload':16} {safe(json.dumps(item['payload']))}")
+    for a in item["attempt_log"]:
+        click.echo(f"  attempt {a['attempt']}: {a['outcome']} by {safe(a['worker_id'])} "
+                   f"{a['started_at']} .. {a['finished_at']} {safe(a['error'] or '')}")
+
+
+def _confirm(verb: str, rows: list[dict], yes: bool) -> None:
+    tasks: dict[str, int] = {}
+    for r in rows:
+        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
+    summary = ", ".join(f"{safe(t)} ({n})" for t, n in sorted(tasks.items()))
+    click.echo(f"{verb} {len(rows)} dead letter{'s' if len(rows) != 1 else ''}: tasks {summary}")
+    if verb == "replay":
+        click.echo("replay re-executes real side effects (charges, emails, webhooks)")
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CronkeeperError(f"refusing to {verb} without confirmation: no terminal to ask on; "
+                              "pass --yes to confirm from a script")
+    if not click.confirm(f"{verb} these {len(rows)} jobs?", default=False):
+        raise CronkeeperError(f"{verb} cancelled; nothing changed")
+
+
+def _act(verb: str, database_url, schema, schedule, task, older_than, newer_than, ids, yes) -> None:
+    from cronkeeper.db import attempts as db_attempts
+    from cronkeeper.db.engine import translate_errors
+
+    db, rows = _select(database_url, schema, schedule, task, older_than, newer_than,
+                       ids=list(ids) or None)
+    if not rows:
+        click.echo(f"no dead letters match; nothing to {verb}")
+        return
+    _confirm(verb, rows, yes)
+    chosen = [r["id"] for r in rows]
+    with translate_errors(f"{verb} of dead letters"), db.engine.begin() as conn:
+        if verb == "replay":
+            db_attempts.attempts_archive(conn, chosen)
+            done = db_attempts.outbox_dead_replay(conn, chosen)
+        else:
+            done = db_attempts.outbox_dead_discard(conn, chosen)
+    past = {"replay": "replayed", "discard": "discarded"}[verb]
+    click.echo(f"{past} {len(done)} job{'s' if len(done) != 1 else ''}")
+
+
+def _action_command(verb: str, doc: str):
+    @dlq_command.command(verb, help=doc)
+    @database_options
+    @filters
+    @click.option("--id", "ids", type=int, multiple=True, help="Only this dead letter (repeatable).")
+    @click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
+    def command(database_url, schema, cluster, schedule, task, older_than, newer_than, ids, yes):
+        _act(verb, database_url, schema, schedule, task, older_than, newer_than, ids, yes)
+
+    return command
+
+
+replay_command = _action_command("replay", "Make dead letters available again, due now, with a fresh attempt budget.")
+discard_command = _action_command("discard", "Delete dead letters for good.")

@@ -1,0 +1,129 @@
+"""cronkeeper worker: consume the outbox (§7)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import click
+
+from cronkeeper import __version__, logs
+from cronkeeper.cli.common import database_options
+from cronkeeper.errors import UsageError
+
+log = logging.getLogger("cronkeeper.worker")
+
+
+def parse_limits(values: tuple[str, ...]) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for value in values:
+        name, sep, count = value.rpartition("=")
+        if not sep or not name or not count.isdigit() or int(count) < 1:
+            raise UsageError(f"--limit {value!r}: expected TASK=N with N >= 1")
+        limits[name] = int(count)
+    return limits
+
+
+def default_worker_id() -> str:
+    import socket
+    import uuid
+
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@click.command("worker")
+@database_options
+@click.option("--schedules", "schedules_dir", envvar="CRONKEEPER_SCHEDULES", default=None,
+              type=click.Path(file_okay=True, dir_okay=True),
+              help="Schedule files: the ONLY source of commands this worker runs.")
+@click.option("--import", "imports", multiple=True, envvar="CRONKEEPER_WORKER_IMPORTS",
+              help="Module whose @task decorators register handlers (repeatable).")
+@click.option("--concurrency", type=click.IntRange(1, 10000), default=10, show_default=True,
+              envvar="CRONKEEPER_WORKER_CONCURRENCY", help="Jobs run at once.")
+@click.option("--batch-size", type=click.IntRange(1, 10000), default=100, show_default=True,
+              help="Most jobs claimed per statement.")
+@click.option("--task", "tasks", multiple=True, help="Only jobs of this task (repeatable).")
+@click.option("--schedule", "schedule_names", multiple=True,
+              help="Only jobs of this schedule (repeatable).")
+@click.option("--limit", "limits", multiple=True, metavar="TASK=N",
+              help="At most N jobs of TASK at once on this worker (repeatable).")
+@click.option("--drain-timeout", type=click.FloatRange(0), default=30.0, show_default=True,
+              envvar="CRONKEEPER_DRAIN_TIMEOUT",
+              help="On SIGTERM, seconds running jobs may finish before they are killed and released.")
+@click.option("--lease-margin", type=click.FloatRange(0.2), default=30.0, show_default=True,
+              help="Lease = job timeout + this; heartbeats keep it this far ahead.")
+@click.option("--poll-interval", type=click.FloatRange(0.01), default=1.0, show_default=True,
+              help="Seconds between claims when the outbox has nothing due.")
+@click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True,
+              help="Seconds between SIGTERM and SIGKILL of a timed-out command's process group.")
+@click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,
+              help="Default: host, pid and a random suffix.")
+@click.option("--metrics-address", envvar="CRONKEEPER_METRICS_ADDRESS", default="off",
+              show_default=True, help="HOST:PORT for Prometheus metrics, or 'off'.")
+@click.option("--log-format", envvar="CRONKEEPER_LOG_FORMAT", type=click.Choice(["text", "json"]),
+              default="text", show_default=True)
+@click.option("--log-level", envvar="CRONKEEPER_LOG_LEVEL",
+              type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def worker_command(
+    database_url: str | None, schema: str, cluster: str, schedules_dir: str | None,
+    imports: tuple[str, ...], concurrency: int, batch_size: int, tasks: tuple[str, ...],
+    schedule_names: tuple[str, ...], limits: tuple[str, ...], drain_timeout: float,
+    lease_margin: float, poll_interval: float, kill_grace: float, instance_id: str | None,
+    metrics_address: str, log_format: str, log_level: str,
+) -> None:
+    """Claim jobs from the outbox and run them; SIGTERM drains."""
+    from cronkeeper.cli.connect import open_database
+    from cronkeeper.worker.commands import load_specs
+    from cronkeeper.worker.loop import Worker
+    from cronkeeper.worker.registry import import_modules
+    from cronkeeper.worker.runtime import WorkerConfig
+
+    logs.configure(log_format, log_level)
+    parsed_limits = parse_limits(limits)
+    specs, digest = load_specs(schedules_dir)
+    import_modules(list(imports))
+    database = open_database(database_url, schema, application_name="cronkeeper-worker")
+    if database.embedded:
+        log.warning("action=embedded_database: no --database-url; this worker uses the embedded "
+                    "PostgreSQL (single node)")
+    config = WorkerConfig(
+        worker_id=instance_id or default_worker_id(), cluster=cluster, schema=schema,
+        concurrency=concurrency, batch_size=batch_size, tasks=list(tasks) or None,
+        schedules=list(schedule_names) or None, limits=parsed_limits, lease_margin=lease_margin,
+        poll_interval=poll_interval, drain_timeout=drain_timeout, kill_grace=kill_grace,
+        specs=specs, schedules_digest=digest, version=__version__,
+    )
+    _serve_metrics(metrics_address)
+    worker = Worker(database.engine, config)
+    signals = {"count": 0}
+
+    def on_signal(signum: int, frame: object) -> None:
+        signals["count"] += 1
+        worker.stop(immediate=signals["count"] > 1)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = worker.run()
+    database.engine.dispose()
+    alive = [t for t in threading.enumerate() if t.name.startswith("job") and t.is_alive()]
+    if alive:
+        # Abandoned handler threads (timed out or released) cannot be joined: leave now.
+        logging.shutdown()
+        os._exit(code)
+    raise SystemExit(code)
+
+
+def _serve_metrics(address: str) -> None:
+    if address.strip().lower() == "off":
+        return
+    try:
+        from cronkeeper.cli.run import start_metrics
+
+        start_metrics(address, "worker")
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - metrics must not stop the worker
+        log.warning("action=metrics_unavailable error=%s", exc)

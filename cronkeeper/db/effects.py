@@ -1,0 +1,25 @@
+"""The idempotency helper's statement: claim an effect once, in the caller's transaction."""
+
+from __future__ import annotations
+
+import psycopg
+import sqlalchemy as sa
+
+from cronkeeper.db.engine import check_schema_name, translate_errors
+
+_CLAIM_EFFECT = """
+INSERT INTO "{schema}".effects (key, job_key) VALUES (%(key)s, %(job)s)
+ON CONFLICT (key) DO NOTHING RETURNING key
+"""
+
+
+def effects_claim(conn: sa.Connection | psycopg.Connection, schema: str, name: str, job_key: str | None) -> bool:
+    """Insert the effect's key in the caller's transaction: True the first time only."""
+    sql = _CLAIM_EFFECT.format(schema=check_schema_name(schema))
+    params = {"key": name, "job": job_key}
+    with translate_errors("claiming an effect"):
+        if isinstance(conn, sa.Connection):
+            row = conn.exec_driver_sql(sql, params).fetchone()
+        else:
+            row = conn.execute(sql, params).fetchone()
+    return row is not None

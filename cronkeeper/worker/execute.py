@@ -1,0 +1,84 @@
+"""Running one claimed job: a task through its handler, or a command from the worker's own
+schedule files. Returns the attempt's ending, or None when the job was handed back."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from cronkeeper.db import outbox as db
+from cronkeeper.errors import DatabaseError
+from cronkeeper.worker import commands
+from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
+from cronkeeper.worker.context import JobContext
+from cronkeeper.worker.registry import resolve
+from cronkeeper.worker.runtime import Running
+
+if TYPE_CHECKING:
+    from cronkeeper.worker.loop import Worker
+
+log = logging.getLogger("cronkeeper.worker")
+
+
+def execute(worker: Worker, held: Running) -> Ending | None:
+    try:
+        if held.job.task == "command":
+            return run_command(worker, held)
+        return run_task(worker, held)
+    except Exception as exc:  # noqa: BLE001 - every failure is classified, none escapes
+        return exception_ending(exc)
+
+
+def run_task(worker: Worker, held: Running) -> Ending:
+    job = held.job
+    handler = resolve(job.task)
+    payload = handler.prepare(job.payload)
+    ctx = JobContext(
+        key=job.key, attempt=job.attempt, schedule=job.schedule, scheduled_for=job.scheduled_for,
+        task=job.task, job_id=job.id, schema=worker.config.schema, engine=worker.engine,
+    )
+    held.ctx = ctx
+    handler.func(payload, ctx)
+    return Ending(Kind.SUCCEEDED)
+
+
+def run_command(worker: Worker, held: Running) -> Ending | None:
+    job, cfg = held.job, worker.config
+    version = None
+    if job.version_id is not None:
+        with worker.db.transaction("reading the job's schedule version") as conn:
+            version = db.schedule_version_status(conn, job.version_id)
+    spec = cfg.specs.get(job.schedule) if job.schedule is not None else None
+    decision = commands.decide(job.schedule, job.version_id, version, spec)
+    if decision.verdict is commands.Verdict.REFUSE:
+        log.error("action=command_refused job=%d key=%s: %s", job.id, job.key, decision.reason)
+        return Ending(Kind.PERMANENT, decision.reason)
+    if decision.verdict is commands.Verdict.WAIT:
+        if not held.settle():
+            return None
+        try:
+            with worker.db.transaction("handing a job back") as conn:
+                db.outbox_defer(conn, worker_id=cfg.worker_id, job_id=job.id, attempt=job.attempt,
+                                delay=cfg.defer_delay, reason=decision.reason)
+        except DatabaseError:
+            pass  # the lease will expire and the job comes back
+        log.warning("action=command_waiting job=%d key=%s: %s", job.id, job.key, decision.reason)
+        worker._forget(held)
+        return None
+    assert decision.spec is not None and decision.spec.command is not None
+    env = commands.job_env(job.schedule, job.scheduled_for, job.key, job.attempt,
+                           json.dumps(job.payload))
+
+    def on_start(proc):  # noqa: ANN001
+        held.proc = proc
+
+    try:
+        result = commands.run(decision.spec.command, env, job.timeout, on_start=on_start,
+                              kill_grace=cfg.kill_grace)
+    except OSError as exc:
+        return Ending(Kind.PERMANENT, f"cannot start {decision.spec.command[0]!r}: {exc}")
+    if result.code is None:
+        return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: process group killed"
+                      + (f": {result.stderr_tail.strip()[-500:]}" if result.stderr_tail.strip() else ""))
+    return exit_ending(result.code, decision.spec.permanent_exit_codes, result.stderr_tail[-500:])

@@ -1,0 +1,400 @@
+"""The worker: claim in batches, run on a thread pool, record endings in batches.
+
+Threads:
+- the claim loop (``run``): reaps expired leases, claims up to the free slots (per-task limits
+  and serial schedules apart), hands jobs to the pool; on SIGTERM it stops claiming and drains;
+- pool threads run one job each (a handler, or a command child process they wait on);
+- the recorder batches endings: successes in one fenced UPDATE over unnest arrays, failures in
+  another; kept and retried while the database is away;
+- the supervisor extends the leases of held jobs (heartbeat), times out task handlers, and
+  heartbeats the worker's row in ``instances``.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from cronkeeper import clock
+from cronkeeper.db import attempts as db_attempts
+from cronkeeper.db import outbox as db
+from cronkeeper.db.engine import Engine, advisory_key
+from cronkeeper.errors import DatabaseError
+from cronkeeper.worker.classify import Ending, Kind, next_state
+from cronkeeper.worker.execute import execute
+from cronkeeper.worker.runtime import Backoff, Database, Running, WorkerConfig
+
+log = logging.getLogger("cronkeeper.worker")
+
+
+class Worker:
+    def __init__(self, engine: Engine, config: WorkerConfig) -> None:
+        self.config = config
+        self.db = Database(engine)
+        self.engine = engine
+        self.running: dict[int, Running] = {}
+        self._lock = threading.Lock()
+        self._endings: queue.Queue[tuple[Running, object]] = queue.Queue()
+        self._stopping = threading.Event()
+        self._drain_deadline: float | None = None
+        self._wake = threading.Event()
+        self._recorder_done = threading.Event()
+        self._pool = ThreadPoolExecutor(config.concurrency * 2, thread_name_prefix="job")
+        self._rand = random.Random()
+        self._next_serial = 0.0
+        self.abandoned: list[threading.Thread] = []
+        self.exit_code = 0
+        self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "lost": 0}
+
+    # -- control ---------------------------------------------------------------------------
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop claiming; running jobs get ``drain_timeout`` (none when ``immediate``)."""
+        now = clock.monotonic()
+        limit = now if immediate else now + self.config.drain_timeout
+        if self._drain_deadline is None or limit < self._drain_deadline:
+            self._drain_deadline = limit
+        if not self._stopping.is_set():
+            log.info("action=drain_started worker=%s running=%d", self.config.worker_id, len(self.running))
+        self._stopping.set()
+        self._wake.set()
+
+    # -- main loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        cfg = self.config
+        self._register_until_up()
+        recorder = threading.Thread(target=self._record_loop, name="recorder", daemon=True)
+        supervisor = threading.Thread(target=self._supervise_loop, name="supervisor", daemon=True)
+        recorder.start()
+        supervisor.start()
+        log.info("action=worker_started worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency)
+        backoff = Backoff()
+        next_reap = 0.0
+        while not self._stopping.is_set():
+            try:
+                if clock.monotonic() >= next_reap:
+                    self._reap()
+                    next_reap = clock.monotonic() + cfg.reap_interval
+                full = self._claim_round()
+                backoff.reset()
+            except DatabaseError:
+                self._stopping.wait(backoff.next())
+                continue
+            self._await_room(full)
+        self._drain()
+        self._endings.put((None, None))  # type: ignore[arg-type]
+        self._recorder_done.wait(max(5.0, cfg.drain_timeout))
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        log.info("action=worker_stopped worker=%s stats=%s", cfg.worker_id, self.stats)
+        return self.exit_code
+
+    def _await_room(self, full: bool) -> None:
+        """Wait before the next claim: for room for a good batch when jobs are waiting (one
+        statement per job would cap throughput), else for the poll interval."""
+        cfg = self.config
+        threshold = max(1, min(cfg.batch_size, cfg.concurrency) // 2)
+        deadline = clock.monotonic() + cfg.poll_interval
+        while not self._stopping.is_set():
+            free = self._free()
+            if full and free >= threshold:
+                return
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.wait(remaining)
+            self._wake.clear()
+            if not full and free > 0:
+                # Nothing was waiting at the last claim: only the poll interval brings more.
+                continue
+
+    def _register_until_up(self) -> None:
+        from cronkeeper.timing.zones import tzdata_version
+
+        cfg = self.config
+        backoff = Backoff()
+        while not self._stopping.is_set():
+            try:
+                with self.db.transaction("registering the worker") as conn:
+                    db_attempts.instances_register_worker(
+                        conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
+                        host=socket.gethostname(), pid=_pid(), version=cfg.version,
+                        schedules_digest=cfg.schedules_digest, tzdata_version=tzdata_version(),
+                    )
+                return
+            except DatabaseError:
+                self._stopping.wait(backoff.next())
+
+    def _reap(self) -> None:
+        with self.db.transaction("reaping expired leases") as conn:
+            n = db.outbox_reap_expired(conn)
+        if n:
+            log.warning("action=leases_expired jobs=%d", n)
+
+    def _free(self) -> int:
+        backlog = self._endings.qsize()
+        if backlog > 4 * self.config.batch_size:
+            return 0
+        return self.config.concurrency - len(self.running)
+
+    def _claim_round(self) -> bool:
+        """Claim what fits; True when a claim came back full (more is probably waiting)."""
+        cfg = self.config
+        free = self._free()
+        if free <= 0:
+            return False
+        with self._lock:
+            per_task: dict[str, int] = {}
+            for r in self.running.values():
+                per_task[r.job.task] = per_task.get(r.job.task, 0) + 1
+        limited = list(cfg.limits)
+        full_tasks = [t for t in limited if per_task.get(t, 0) >= cfg.limits[t]]
+        want = min(free, cfg.batch_size)
+        full = False
+        with self.db.transaction("claiming jobs") as conn:
+            jobs = db.outbox_claim(
+                conn, worker_id=cfg.worker_id, limit=want, lease_margin=cfg.lease_margin,
+                tasks=cfg.tasks, schedules=cfg.schedules, exclude_tasks=limited,
+            )
+        self._start(jobs)
+        full = len(jobs) == want
+        for name in limited:
+            room = min(cfg.limits[name] - per_task.get(name, 0), self._free())
+            if room <= 0 or (cfg.tasks is not None and name not in cfg.tasks):
+                continue
+            with self.db.transaction("claiming jobs") as conn:
+                jobs = db.outbox_claim(
+                    conn, worker_id=cfg.worker_id, limit=room, lease_margin=cfg.lease_margin,
+                    tasks=[name], schedules=cfg.schedules,
+                )
+            self._start(jobs)
+        if clock.monotonic() >= self._next_serial:
+            self._next_serial = clock.monotonic() + min(cfg.poll_interval, 1.0)
+            self._claim_serial(full_tasks)
+        return full
+
+    def _claim_serial(self, full_tasks: list[str]) -> None:
+        cfg = self.config
+        free = self._free()
+        if free <= 0:
+            return
+        with self.db.transaction("finding serial jobs") as conn:
+            names = db.outbox_serial_candidates(
+                conn, limit=free, tasks=cfg.tasks, schedules=cfg.schedules, exclude_tasks=full_tasks
+            )
+        for name in names:
+            if self._free() <= 0:
+                return
+            key = advisory_key(f"cronkeeper-serial:{cfg.schema}:{name}")
+            with self.db.transaction("claiming a serial job") as conn:
+                job = db.outbox_claim_serial(
+                    conn, schedule=name, lock_key=key, worker_id=cfg.worker_id,
+                    lease_margin=cfg.lease_margin,
+                )
+            if job is not None:
+                self._start([job])
+
+    def _start(self, jobs: list[db.OutboxJob]) -> None:
+        for job in jobs:
+            held = Running(job)
+            with self._lock:
+                self.running[job.id] = held
+            self.stats["claimed"] += 1
+            self._pool.submit(self._execute, held)
+
+    def _execute(self, held: Running) -> None:
+        held.thread = threading.current_thread()
+        held.started = clock.monotonic()
+        held.deadline = held.started + held.job.timeout
+        ending = execute(self, held)
+        if ending is None or not held.settle():
+            if held.ctx is not None:
+                held.ctx.finish(commit=False)
+            return
+        self._finish(held, ending)
+
+    def _finish(self, held: Running, ending: Ending) -> None:
+        """Queue a job's ending for the recorder (a handler's transaction commits here)."""
+        ctx = held.ctx
+        if ctx is not None and ctx.in_transaction:
+            if ending.kind is Kind.SUCCEEDED:
+                ending = self._commit_with_completion(held)
+                if ending.kind is Kind.SUCCEEDED:
+                    self._forget(held)
+                    return
+            else:
+                ctx.finish(commit=False)
+        self._forget(held, keep_until_recorded=True)
+        self._endings.put((held, ending))
+
+    def _commit_with_completion(self, held: Running) -> Ending:
+        ctx, job = held.ctx, held.job
+        assert ctx is not None
+        try:
+            done = db.outbox_complete(ctx.connection, worker_id=self.config.worker_id,
+                                      ids=[job.id], attempts=[job.attempt])
+            if not done:
+                ctx.finish(commit=False)
+                self.stats["lost"] += 1
+                log.warning("action=lease_lost job=%d key=%s attempt=%d: handler's transaction "
+                            "rolled back", job.id, job.key, job.attempt)
+                return Ending(Kind.SUCCEEDED)
+            ctx.finish(commit=True)
+            self.stats["succeeded"] += 1
+            return Ending(Kind.SUCCEEDED)
+        except Exception as exc:  # noqa: BLE001 - the commit failed: the attempt failed
+            ctx.finish(commit=False)
+            return Ending(Kind.RETRYABLE, f"committing the job's transaction failed: {exc}")
+
+    def _forget(self, held: Running, keep_until_recorded: bool = False) -> None:
+        with self._lock:
+            self.running.pop(held.job.id, None)
+        self._wake.set()
+
+    # -- recorder ---------------------------------------------------------------------------
+
+    def _record_loop(self) -> None:
+        backoff = Backoff()
+        pending: list[tuple[Running, Ending]] = []
+        closing = False
+        while True:
+            try:
+                item = self._endings.get(timeout=0.5)
+                while True:
+                    if item[0] is None:
+                        closing = True
+                    else:
+                        pending.append(item)  # type: ignore[arg-type]
+                    if len(pending) >= 1000:
+                        break
+                    item = self._endings.get_nowait()
+            except queue.Empty:
+                pass
+            if pending:
+                try:
+                    self._record(pending)
+                    pending = []
+                    backoff.reset()
+                except DatabaseError:
+                    if closing and self._drain_deadline is not None and \
+                            clock.monotonic() > self._drain_deadline + 10:
+                        log.error("action=endings_unrecorded jobs=%d: leases will expire", len(pending))
+                        break
+                    clock.sleep(backoff.next())
+                    continue
+            if closing and self._endings.empty():
+                break
+        self._recorder_done.set()
+
+    def _record(self, pending: list[tuple[Running, Ending]]) -> None:
+        cfg = self.config
+        ok: list[db.OutboxJob] = []
+        failures: list[db.Failure] = []
+        for held, ending in pending:
+            job = held.job
+            if ending.kind is Kind.SUCCEEDED:
+                ok.append(job)
+                continue
+            if held.released:
+                failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error, "released"))
+                continue
+            nxt = next_state(ending, job.attempt, job.max_attempts, job.backoff, self._rand.random())
+            failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome))
+        with self.db.transaction("recording job endings") as conn:
+            done = db.outbox_complete(conn, worker_id=cfg.worker_id, ids=[j.id for j in ok],
+                                      attempts=[j.attempt for j in ok]) if ok else []
+            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures) if failures else []
+        self.stats["succeeded"] += len(done)
+        self.stats["failed"] += len(failed)
+        lost = len(ok) + len(failures) - len(done) - len(failed)
+        if lost:
+            self.stats["lost"] += lost
+            log.warning("action=lease_lost jobs=%d: their endings were not recorded (another "
+                        "worker took them after the lease expired)", lost)
+        for f in failures:
+            log.info("action=job_failed job=%d attempt=%d next=%s outcome=%s error=%s",
+                     f.id, f.attempt, f.state, f.outcome, f.error[:200])
+
+    # -- supervisor -------------------------------------------------------------------------
+
+    def _supervise_loop(self) -> None:
+        cfg = self.config
+        next_beat = 0.0
+        while not self._recorder_done.is_set():
+            now = clock.monotonic()
+            self._time_out_tasks(now)
+            if now >= next_beat:
+                next_beat = now + cfg.heartbeat_interval
+                try:
+                    self._heartbeat()
+                except DatabaseError:
+                    next_beat = now + min(cfg.heartbeat_interval, 1.0)
+            self._recorder_done.wait(0.1)
+
+    def _heartbeat(self) -> None:
+        cfg = self.config
+        with self._lock:
+            held = [r.job for r in self.running.values()]
+        with self.db.transaction("extending leases") as conn:
+            if held:
+                kept = set(db.lease_extend(conn, worker_id=cfg.worker_id, ids=[j.id for j in held],
+                                           attempts=[j.attempt for j in held], margin=cfg.lease_margin))
+                for job in held:
+                    if job.id not in kept and job.id in self.running:
+                        log.warning("action=lease_lost job=%d key=%s attempt=%d", job.id, job.key, job.attempt)
+            db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id)
+
+    def _time_out_tasks(self, now: float) -> None:
+        with self._lock:
+            late = [r for r in self.running.values()
+                    if r.proc is None and r.job.task != "command" and now > r.deadline]
+        for held in late:
+            if not held.settle():
+                continue
+            held.timed_out = True
+            if held.thread is not None:
+                self.abandoned.append(held.thread)
+            log.error("action=task_timed_out job=%d key=%s attempt=%d timeout=%.1fs: handler "
+                      "thread abandoned, attempt recorded as timeout", held.job.id, held.job.key,
+                      held.job.attempt, held.job.timeout)
+            self._forget(held)
+            self._endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
+        self.abandoned = [t for t in self.abandoned if t.is_alive()]
+        if len(self.abandoned) >= self.config.concurrency and not self._stopping.is_set():
+            log.error("action=too_many_abandoned_handlers count=%d: stopping so the service "
+                      "manager restarts the worker", len(self.abandoned))
+            self.exit_code = 75
+            self.stop()
+
+    # -- drain ------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        deadline = self._drain_deadline or clock.monotonic()
+        while self.running and clock.monotonic() < deadline:
+            self._wake.wait(0.05)
+            self._wake.clear()
+        with self._lock:
+            rest = list(self.running.values())
+        for held in rest:
+            if not held.settle():
+                continue
+            held.released = True
+            if held.proc is not None:
+                from cronkeeper.worker.commands import kill_group
+
+                kill_group(held.proc, 0.0)
+            log.warning("action=job_released job=%d key=%s attempt=%d", held.job.id, held.job.key,
+                        held.job.attempt)
+            self._forget(held)
+            self._endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
+                                            "the job finished (drain timeout)")))
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()

@@ -1,0 +1,133 @@
+"""Worker plumbing: configuration, the jobs a worker holds, and database access that survives
+the database going away (reconnect with backoff, log it, resume)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from cronkeeper import clock
+from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
+from cronkeeper.db.outbox import OutboxJob
+from cronkeeper.errors import DatabaseError
+from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.worker.context import JobContext
+
+log = logging.getLogger("cronkeeper.worker")
+
+DB_ERRORS = (*DRIVER_ERRORS, DatabaseError)
+
+
+@dataclass
+class WorkerConfig:
+    worker_id: str
+    cluster: str = "default"
+    schema: str = "cronkeeper"
+    concurrency: int = 10
+    batch_size: int = 100
+    tasks: list[str] | None = None
+    schedules: list[str] | None = None
+    limits: dict[str, int] = field(default_factory=dict)
+    lease_margin: float = 30.0  # lease = job timeout + margin; heartbeats keep it ahead by margin
+    poll_interval: float = 1.0
+    drain_timeout: float = 30.0
+    kill_grace: float = 2.0
+    defer_delay: float = 15.0  # a job waiting for this worker's schedule version comes back after
+    specs: dict[str, ScheduleSpec] = field(default_factory=dict)
+    schedules_digest: str = ""
+    version: str = ""
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return max(0.2, min(5.0, self.lease_margin / 3))
+
+    @property
+    def reap_interval(self) -> float:
+        return max(0.2, min(5.0, self.lease_margin / 2))
+
+
+@dataclass(eq=False)
+class Running:
+    """A job this worker holds, from claim until its ending is queued for the database."""
+
+    job: OutboxJob
+    started: float = 0.0
+    deadline: float = float("inf")
+    ctx: JobContext | None = None
+    proc: subprocess.Popen | None = None
+    thread: threading.Thread | None = None
+    done: bool = False
+    timed_out: bool = False
+    released: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def settle(self) -> bool:
+        """Claim the right to record this job's ending (once: worker, watchdog or drain)."""
+        with self.lock:
+            if self.done:
+                return False
+            self.done = True
+            return True
+
+
+class Database:
+    """Transactions on the worker's engine; driver errors become DatabaseError, and the
+    connection that saw one is invalidated so the pool reconnects."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._down_since: float | None = None
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def transaction(self, action: str) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                try:
+                    with conn.begin():
+                        yield conn
+                except CONNECTION_ERRORS:
+                    conn.invalidate()
+                    raise
+        except DB_ERRORS as exc:
+            self.down(action, exc)
+            raise DatabaseError(f"{action}: {describe(exc)}") from exc
+        self.up()
+
+    def down(self, action: str, exc: BaseException) -> None:
+        with self._lock:
+            first = self._down_since is None
+            if first:
+                self._down_since = clock.monotonic()
+        if first:
+            log.warning("action=database_unavailable while=%s error=%s", action, describe(exc))
+
+    def up(self) -> None:
+        if self._down_since is None:
+            return
+        with self._lock:
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            log.warning("action=database_reconnected after=%.1fs", clock.monotonic() - since)
+
+    @property
+    def is_down(self) -> bool:
+        return self._down_since is not None
+
+
+class Backoff:
+    """Reconnect delays: 0.5 s doubling to 30 s, reset on success."""
+
+    def __init__(self, first: float = 0.5, cap: float = 30.0) -> None:
+        self.first, self.cap, self.current = first, cap, 0.0
+
+    def next(self) -> float:
+        self.current = self.first if self.current == 0 else min(self.cap, self.current * 2)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0

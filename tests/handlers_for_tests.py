@@ -1,0 +1,183 @@
+"""Handlers that the worker tests run (imported by the worker subprocesses via --import)."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TypedDict
+
+from cronkeeper.errors import PermanentError
+from cronkeeper.worker import task
+
+
+@task("noop")
+def noop(payload, ctx):
+    return None
+
+
+@task("count")
+def count(payload, ctx):
+    """Counts its runs with the idempotency helper: one effect per job key."""
+    time.sleep(float(payload.get("sleep", 0)))
+    with ctx.effect(f"count:{ctx.key}") as first:
+        if first:
+            ctx.connection.exec_driver_sql(
+                "INSERT INTO runs (key, pid) VALUES (%(k)s, %(p)s)", {"k": ctx.key, "p": os.getpid()}
+            )
+
+
+@task("log_runs")
+def log_runs(payload, ctx):
+    """Records every run (no idempotency guard), to count deliveries."""
+    ctx.connection.exec_driver_sql(
+        "INSERT INTO runs (key, pid) VALUES (%(k)s, %(p)s)", {"k": f"{ctx.key}#{ctx.attempt}", "p": os.getpid()}
+    )
+    time.sleep(float(payload.get("sleep", 0)))
+
+
+class FlakyError(Exception):
+    pass
+
+
+@task("always_fails")
+def always_fails(payload, ctx):
+    raise FlakyError("downstream returned 503")
+
+
+@task("permanent")
+def permanent(payload, ctx):
+    raise PermanentError("invoice 42 does not exist")
+
+
+@task("sleepy")
+def sleepy(payload, ctx):
+    time.sleep(float(payload.get("sleep", 60)))
+
+
+class InvoicePayload(TypedDict):
+    invoice_id: int
+
+
+@task("typed")
+def typed(payload: InvoicePayload, ctx):
+    return payload["invoice_id"]
+
+
+@dataclass
+class Page:
+    cursor: int
+    last: int
+
+
+@task("paginate")
+def paginate(payload: Page, ctx):
+    """One page per job; the next page is enqueued atomically with this job's completion."""
+    with ctx.effect(f"page:{payload.cursor}") as first:
+        if first:
+            ctx.connection.exec_driver_sql(
+                "INSERT INTO runs (key, pid) VALUES (%(k)s, %(p)s)",
+                {"k": f"page:{payload.cursor}", "p": os.getpid()},
+            )
+    if payload.cursor < payload.last:
+        ctx.enqueue("paginate", {"cursor": payload.cursor + 1, "last": payload.last},
+                    key=f"page:{payload.cursor + 1}")
+
+
+@task()
+def by_path(payload, ctx):
+    return None
+
+
+def not_a_handler(payload, ctx):
+    raise AssertionError("must never run: not marked with @task")
+
+
+# -- helpers shared by the worker tests (not handlers) ------------------------------------------
+
+def cronkeeper_exe() -> str:
+    """The console script next to the interpreter running the tests."""
+    import sys
+    from pathlib import Path
+
+    return str(Path(sys.executable).with_name("cronkeeper"))
+
+
+def spawn_worker(database_url: str, schema: str, *args: str, cluster: str = "default",
+                 env: dict | None = None):
+    """A real ``cronkeeper worker`` process importing this module's handlers."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).parent)
+    full_env = {**os.environ, "PYTHONPATH": here + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                **(env or {})}
+    argv = [cronkeeper_exe(), "worker", "--database-url", database_url, "--schema", schema,
+            "--cluster", cluster, "--import", "handlers_for_tests", "--poll-interval", "0.1",
+            "--log-level", "warning", *args]
+    return subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True) if sys.platform else None
+
+
+def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):
+    """Poll an observable condition (rows in the database) until it holds, or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+        time.sleep(interval)
+
+
+def _command_schedule_fixture():
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    @pytest.fixture
+    def command_schedule(engine, tmp_path):
+        """Write a command schedule, record its version as the scheduler does, emit one job."""
+
+        def make(argv, *, timeout="30s", max_attempts=5, payload=None):
+            from cronkeeper import clock
+            from cronkeeper.spec import load_valid
+
+            root = Path(__file__).parent.parent
+            argv = [str(root / a) if a.startswith("tests/bin/") else a for a in argv]
+            directory = tmp_path / "schedules"
+            directory.mkdir(mode=0o700, exist_ok=True)
+            path = directory / "backup.toml"
+            payload_toml = ", ".join(f"{k} = {json.dumps(v)}" for k, v in (payload or {}).items())
+            path.write_text(
+                "[backup]\nevery = \"1h\"\ntimezone = \"UTC\"\nmisfire = \"skip\"\n"
+                f"command = {json.dumps(argv)}\ntimeout = \"{timeout}\"\nmax_attempts = {max_attempts}\n"
+                f"payload = {{ {payload_toml} }}\n"
+                "backoff = { base = \"0.1s\", factor = 2, max = \"1s\" }\nowner = \"team-test\"\n"
+            )
+            path.chmod(0o600)
+            spec = load_valid([str(directory)], now=clock.wall()).by_name()["backup"]
+            with engine.begin() as conn:
+                version = conn.exec_driver_sql(
+                    "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) "
+                    "VALUES ('backup', %(d)s, %(s)s, now() - interval '1 hour', 1) RETURNING id",
+                    {"d": spec.digest, "s": json.dumps(spec.to_json())}).scalar()
+                job = conn.exec_driver_sql(
+                    "INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, "
+                    "payload, max_attempts, timeout_seconds, backoff) VALUES "
+                    "('backup@2026-03-08T07:00:00Z', 'backup', '2026-03-08T07:00:00Z', %(v)s, "
+                    "'command', %(p)s, %(m)s, %(t)s, %(b)s) RETURNING id",
+                    {"v": version, "p": spec.payload_json, "m": spec.max_attempts, "t": spec.timeout,
+                     "b": json.dumps({"base": spec.backoff.base, "factor": spec.backoff.factor,
+                                      "max": spec.backoff.max})}).scalar()
+            return str(directory), job
+
+        return make
+
+    return command_schedule
+
+
+command_schedule = _command_schedule_fixture()

@@ -1,0 +1,109 @@
+"""Command jobs run only from the worker's own schedule files."""
+
+from __future__ import annotations
+
+import json
+
+from handlers_for_tests import spawn_worker, wait_until
+
+pytest_plugins = ["handlers_for_tests"]  # the command_schedule fixture
+
+
+def q(engine, sql, **params):
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(sql, params).all()
+
+
+def state_of(engine, job):
+    return q(engine, "SELECT state, attempts, last_error FROM outbox WHERE id = %(i)s", i=job)[0]
+
+
+def test_command_gets_its_environment_and_argv_from_the_schedule(engine, schema, database_url, tmp_path,
+                                                                  command_schedule):
+    out = tmp_path / "env.jsonl"
+    schedules, job = command_schedule(["tests/bin/record_env", str(out), "0"], payload={"region": "us"})
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: state_of(engine, job)[0] == "succeeded", 20)
+    finally:
+        proc.kill()
+        proc.wait()
+    env = json.loads(out.read_text().splitlines()[0])
+    assert env["CRONKEEPER_SCHEDULE"] == "backup"
+    assert env["CRONKEEPER_SCHEDULED_FOR"] == "2026-03-08T07:00:00Z"
+    assert env["CRONKEEPER_IDEMPOTENCY_KEY"] == "backup@2026-03-08T07:00:00Z"
+    assert env["CRONKEEPER_ATTEMPT"] == "1"
+    assert json.loads(env["CRONKEEPER_PAYLOAD"]) == {"region": "us"}
+
+
+def test_exit_codes_permanent_and_tempfail(engine, schema, database_url, tmp_path, command_schedule):
+    out = tmp_path / "env.jsonl"
+    schedules, job = command_schedule(["tests/bin/record_env", str(out), "65"])
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: state_of(engine, job)[0] == "dead", 20)
+        assert state_of(engine, job)[1] == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_tempfail_retries(engine, schema, database_url, tmp_path, command_schedule):
+    out = tmp_path / "env.jsonl"
+    schedules, job = command_schedule(["tests/bin/record_env", str(out), "75"], max_attempts=3)
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: state_of(engine, job)[0] == "dead", 30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert state_of(engine, job)[1] == 3
+    assert [json.loads(line)["CRONKEEPER_ATTEMPT"] for line in out.read_text().splitlines()] == ["1", "2", "3"]
+
+
+def test_hand_written_row_cannot_run_a_command(engine, schema, database_url, tmp_path, command_schedule):
+    marker = tmp_path / "pwned"
+    schedules, _ = command_schedule(["tests/bin/record_env", str(tmp_path / "ok"), "0"])
+    with engine.begin() as conn:
+        ids = [r[0] for r in conn.exec_driver_sql(
+            "INSERT INTO outbox (idempotency_key, schedule, task, payload) VALUES "
+            "('evil-1', 'backup', 'command', %(p)s), ('evil-2', 'nope', 'command', %(p)s), "
+            "('evil-3', NULL, 'command', %(p)s) RETURNING id",
+            {"p": json.dumps({"command": ["touch", str(marker)], "argv": ["touch", str(marker)]})})]
+        forged = conn.exec_driver_sql(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('backup', 'forged', %(s)s, now() - interval '1 day', 1) RETURNING id",
+            {"s": json.dumps({"command": ["touch", str(marker)]})}).scalar()
+        ids.append(conn.exec_driver_sql(
+            "INSERT INTO outbox (idempotency_key, schedule, version_id, task) VALUES "
+            "('evil-4', 'backup', %(v)s, 'command') RETURNING id", {"v": forged}).scalar())
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: all(state_of(engine, i)[0] == "dead" for i in ids), 20)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not marker.exists()
+    errors = [state_of(engine, i)[2] for i in ids]
+    assert all("schedule version" in e for e in errors[:3])
+    assert "superseded" in errors[3]
+
+
+def test_newer_version_waits_without_counting_an_attempt(engine, schema, database_url, tmp_path,
+                                                          command_schedule):
+    schedules, job = command_schedule(["tests/bin/record_env", str(tmp_path / "x"), "0"])
+    with engine.begin() as conn:
+        newer = conn.exec_driver_sql(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('backup', 'f00dfeedf00dfeed', '{}', now() + interval '1 second', 1) RETURNING id").scalar()
+        conn.exec_driver_sql("UPDATE outbox SET version_id = %(v)s WHERE id = %(i)s", {"v": newer, "i": job})
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: "waiting" in (state_of(engine, job)[2] or ""), 20)
+    finally:
+        proc.kill()
+        proc.wait()
+    state, attempts, error = state_of(engine, job)
+    assert (state, attempts) == ("available", 0)
+    assert "f00dfeedf00d" in error
+    assert q(engine, "SELECT count(*) FROM attempts WHERE job_id = %(i)s", i=job) == [(0,)]

@@ -1,0 +1,94 @@
+"""Behind a transaction-pooling proxy a session advisory lock cannot elect a leader: the daemon
+must refuse to start and say why. Uses a real PgBouncer in transaction mode on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import libpq_url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def pgbouncer(database_url):
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    assert os.path.exists(binary), "pgbouncer is needed (Debian package pgbouncer)"
+    target = psycopg.conninfo.conninfo_to_dict(libpq_url(database_url))
+    port = _free_port()
+    workdir = Path(tempfile.mkdtemp(prefix="ck-pgbouncer-"))
+    workdir.chmod(0o777)  # pgbouncer refuses root: it runs as the postgres user and writes here
+    (workdir / "users.txt").write_text(f'"{target.get("user", "postgres")}" ""\n')
+    host = target.get("host", "127.0.0.1")
+    (workdir / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={host} port={target.get('port', 5432)}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {workdir}/users.txt\n"
+        "pool_mode = transaction\ndefault_pool_size = 4\n"
+        "ignore_startup_parameters = extra_float_digits,options,application_name\n"
+        f"logfile = {workdir}/pgbouncer.log\npidfile = {workdir}/pgbouncer.pid\n"
+    )
+    for f in workdir.iterdir():
+        f.chmod(0o644)
+    user = ["-u", "postgres"] if os.geteuid() == 0 else []
+    proc = subprocess.Popen([binary, *user, str(workdir / "pgbouncer.ini")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"postgresql://{target.get('user', 'postgres')}@127.0.0.1:{port}/{target.get('dbname', 'test')}"
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with psycopg.connect(url, connect_timeout=2, prepare_threshold=None) as conn:
+                conn.execute("SELECT 1")
+            break
+        except psycopg.Error:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                log = (workdir / "pgbouncer.log").read_text() if (workdir / "pgbouncer.log").exists() else ""
+                pytest.fail(f"pgbouncer did not start: {proc.stdout.read() if proc.stdout else ''} {log}")
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_run_refuses_a_transaction_pooling_proxy(pgbouncer, schema, cluster, tmp_path):
+    schedules = tmp_path / "schedules"
+    schedules.mkdir()
+    (schedules / "a.toml").write_text(
+        '[ping]\nevery = "10s"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.ping"\nowner = "ops"\n'
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("cronkeeper")), "run", "--database-url", pgbouncer,
+         "--schema", schema, "--cluster", cluster, "--schedules", str(schedules),
+         "--metrics-address", "off"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "transaction-pooling proxy" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_direct_connection_is_accepted_as_pinned(database_url, schema):
+    from cronkeeper.db import leader as dbl
+    from cronkeeper.db.engine import normalize_url
+
+    url = normalize_url(database_url)
+    with dbl.lock_connect(url, schema, "t") as conn, dbl.lock_connect(url, schema, "probe") as probe:
+        assert dbl.session_is_pinned(conn, probe) is True

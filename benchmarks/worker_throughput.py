@@ -3,11 +3,13 @@ and pgqueuer on the same database in the same run, plus a bare-SQL floor (claim 
 100 jobs per statement, from W processes).
 
     .venv/bin/python benchmarks/worker_throughput.py --jobs 100000 --workers 2 \\
-        --database-url postgresql://postgres@127.0.0.1:5432/test
+        --database-url postgresql://postgres@127.0.0.1:5432/test [--only floor,cronkeeper]
 
-Each system gets a fresh schema of its own (search_path), its jobs are inserted before the clock
-starts, and the clock runs from starting the worker processes until no job is left (so process
-start-up is included for everyone). Prints jobs/s and the ratios.
+Each system gets a fresh schema of its own (search_path, ``bench_<name>``), dropped afterwards
+(``--keep`` keeps it); its jobs are inserted before the clock starts, and the clock runs from
+starting the worker processes until no job is left (process start-up is included for everyone).
+"No job left" is checked every 50 ms on one connection with an EXISTS over an index, so the
+check costs the database next to nothing. Prints jobs/s and the ratios of cronkeeper to each.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import psycopg
 
 HERE = Path(__file__).resolve().parent
+POLL = 0.05  # seconds between checks that the queue is drained
 
 # The cronkeeper handler: imported by `cronkeeper worker --import worker_throughput`.
 try:
@@ -49,22 +52,24 @@ def fresh_schema(url: str, schema: str) -> None:
         conn.execute(f'CREATE SCHEMA "{schema}"')
 
 
-def count(url: str, schema: str, sql: str) -> int:
-    with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
-        return conn.execute(sql).fetchone()[0]
-
-
-def drain(procs: list[subprocess.Popen], url: str, schema: str, remaining_sql: str,
+def drain(procs: list[subprocess.Popen], url: str, schema: str, pending_sql: str,
           timeout: float) -> float:
+    """Seconds from now until ``pending_sql`` (a cheap EXISTS over an index, on one connection)
+    says no job is left, or every worker exited on its own after draining the queue."""
     start = time.monotonic()
     try:
-        while count(url, schema, remaining_sql) > 0:
-            if time.monotonic() - start > timeout:
-                raise SystemExit(f"{schema}: not drained after {timeout}s")
-            if any(p.poll() not in (None, 0) for p in procs):
-                raise SystemExit(f"{schema}: a worker died: {[p.returncode for p in procs]}")
-            time.sleep(0.05)
-        return time.monotonic() - start
+        with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
+            while True:
+                exited = [p.poll() for p in procs]
+                if any(code not in (None, 0) for code in exited):
+                    raise SystemExit(f"{schema}: a worker died: {exited}")
+                if not conn.execute(pending_sql).fetchone()[0]:
+                    return time.monotonic() - start
+                if all(code == 0 for code in exited):
+                    raise SystemExit(f"{schema}: workers exited with jobs left")
+                if time.monotonic() - start > timeout:
+                    raise SystemExit(f"{schema}: not drained after {timeout}s")
+                time.sleep(POLL)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -76,31 +81,48 @@ def drain(procs: list[subprocess.Popen], url: str, schema: str, remaining_sql: s
                 p.kill()
 
 
+def check_done(url: str, schema: str, sql: str, expected: int) -> None:
+    with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
+        done = conn.execute(sql).fetchone()[0]
+    if done != expected:
+        raise SystemExit(f"{schema}: {done} jobs done, expected {expected}")
+
+
+def drop_schema(url: str, schema: str) -> None:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 # -- cronkeeper ----------------------------------------------------------------------------
 
-def bench_cronkeeper(url: str, jobs: int, workers: int, args: argparse.Namespace) -> float:
+CK_PENDING = ("SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'available')"
+              " OR EXISTS (SELECT 1 FROM outbox WHERE state = 'running')")
+
+
+def bench_cronkeeper(url: str, jobs: int, args: argparse.Namespace) -> float:
     schema = "bench_cronkeeper"
-    fresh_schema(url, schema)
+    drop_schema(url, schema)
     from cronkeeper.db.engine import make_engine, normalize_url
     from cronkeeper.db.migrate import migrate
 
     engine = make_engine(normalize_url(url), "public", pool_size=1)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
     migrate(engine, schema)
     engine.dispose()
     with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
         conn.execute("INSERT INTO outbox (idempotency_key, task) "
                      "SELECT 'bench-' || i, 'bench.noop' FROM generate_series(1, %s) i", (jobs,))
         conn.execute("VACUUM ANALYZE outbox")
+        conn.execute("VACUUM ANALYZE attempts")
     exe = str(Path(sys.executable).with_name("cronkeeper"))
     env = {**os.environ, "PYTHONPATH": str(HERE)}
     procs = [subprocess.Popen(
         [exe, "worker", "--database-url", url, "--schema", schema, "--import", "worker_throughput",
          "--concurrency", str(args.concurrency), "--batch-size", str(args.batch_size),
          "--poll-interval", "0.05", "--log-level", "warning", "--instance-id", f"bench-{i}"],
-        env=env) for i in range(workers)]
-    return drain(procs, url, schema, "SELECT count(*) FROM outbox WHERE state <> 'succeeded'", 900)
+        env=env) for i in range(args.workers)]
+    seconds = drain(procs, url, schema, CK_PENDING, 900)
+    check_done(url, schema, "SELECT count(*) FROM outbox WHERE state = 'succeeded'", jobs)
+    return seconds
 
 
 # -- bare SQL floor ---------------------------------------------------------------------------
@@ -111,9 +133,12 @@ UPDATE floor_jobs SET state = 'running' WHERE id IN (
 RETURNING id
 """
 FLOOR_DONE = "UPDATE floor_jobs SET state = 'succeeded' WHERE id = ANY(%s)"
+FLOOR_PENDING = ("SELECT EXISTS (SELECT 1 FROM floor_jobs WHERE state = 'available')"
+                 " OR EXISTS (SELECT 1 FROM floor_jobs WHERE state = 'running')")
 
 
 def floor_worker(url: str) -> None:
+    """Claim 100 jobs per statement, complete them in one statement; exit when none is left."""
     with psycopg.connect(conninfo(url, "bench_floor"), autocommit=True) as conn:
         while True:
             ids = [r[0] for r in conn.execute(FLOOR_CLAIM).fetchall()]
@@ -122,29 +147,38 @@ def floor_worker(url: str) -> None:
             conn.execute(FLOOR_DONE, (ids,), binary=True)
 
 
-def bench_floor(url: str, jobs: int, workers: int) -> float:
-    fresh_schema(url, "bench_floor")
-    with psycopg.connect(conninfo(url, "bench_floor"), autocommit=True) as conn:
+def bench_floor(url: str, jobs: int, args: argparse.Namespace) -> float:
+    schema = "bench_floor"
+    fresh_schema(url, schema)
+    with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
         conn.execute("CREATE TABLE floor_jobs (id bigserial PRIMARY KEY, state text NOT NULL, "
                      "payload jsonb NOT NULL DEFAULT '{}')")
         conn.execute("CREATE INDEX ON floor_jobs (id) WHERE state = 'available'")
+        conn.execute("CREATE INDEX ON floor_jobs (id) WHERE state = 'running'")
         conn.execute("INSERT INTO floor_jobs (state) SELECT 'available' FROM generate_series(1, %s)", (jobs,))
         conn.execute("VACUUM ANALYZE floor_jobs")
     procs = [subprocess.Popen([sys.executable, __file__, "--role", "floor", "--database-url", url])
-             for _ in range(workers)]
-    return drain(procs, url, "bench_floor", "SELECT count(*) FROM floor_jobs WHERE state <> 'succeeded'", 900)
+             for _ in range(args.workers)]
+    seconds = drain(procs, url, schema, FLOOR_PENDING, 900)
+    check_done(url, schema, "SELECT count(*) FROM floor_jobs WHERE state = 'succeeded'", jobs)
+    return seconds
 
 
 # -- procrastinate ------------------------------------------------------------------------------
+# procrastinate 3 fetches one job per statement (procrastinate_fetch_job) and writes each
+# ending with one more; its knobs are the worker's concurrency (jobs in flight, each fetched in
+# turn), LISTEN/NOTIFY (wake on defer) and the polling interval. Its best here: an async task
+# (a sync one costs a thread hop), high concurrency, polling at 50 ms, jobs kept (no DELETE).
 
 def procrastinate_app(url: str):
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-        conninfo=conninfo(url, "bench_procrastinate")))
+        conninfo=conninfo(url, "bench_procrastinate"),
+        kwargs={"options": "-csearch_path=bench_procrastinate"}))
 
     @app.task(name="noop")
-    def noop() -> None:
+    async def noop() -> None:
         return None
 
     return app, noop
@@ -158,36 +192,47 @@ def procrastinate_worker(url: str, concurrency: int) -> None:
                        delete_jobs="never")
 
 
-def bench_procrastinate(url: str, jobs: int, workers: int, concurrency: int) -> float:
-    fresh_schema(url, "bench_procrastinate")
+def bench_procrastinate(url: str, jobs: int, args: argparse.Namespace) -> float:
+    schema = "bench_procrastinate"
+    fresh_schema(url, schema)
     app, noop = procrastinate_app(url)
     with app.open():
         app.schema_manager.apply_schema()
         for start in range(0, jobs, 5000):
             noop.batch_defer(*({} for _ in range(min(5000, jobs - start))))
+    with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE procrastinate_jobs")
     procs = [subprocess.Popen([sys.executable, __file__, "--role", "procrastinate", "--database-url",
-                               url, "--concurrency", str(concurrency)]) for _ in range(workers)]
-    return drain(procs, url, "bench_procrastinate",
-                 "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'", 900)
+                               url, "--concurrency", str(args.procrastinate_concurrency)])
+             for _ in range(args.workers)]
+    seconds = drain(procs, url, schema, "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs "
+                    "WHERE status IN ('todo', 'doing'))", 900)
+    check_done(url, schema, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'", jobs)
+    return seconds
 
 
 # -- pgqueuer -----------------------------------------------------------------------------------
+# pgqueuer dequeues a batch per statement and buffers endings (deleting the job, logging it).
+# Its own benchmark (tools/benchmark.py, run by its CI) uses several queue managers per process
+# (``--dequeue 5``), each on its own connection, with no per-entrypoint concurrency limit (a
+# limit is enforced in the dequeue statement, across workers, and costs a count per batch).
 
-async def pgqueuer_worker(url: str, batch_size: int, concurrency: int) -> None:
-    from datetime import timedelta
-
+async def pgqueuer_worker(url: str, batch_size: int, consumers: int) -> None:
     from pgqueuer import PsycopgDriver, Queries, QueueManager
     from pgqueuer.types import QueueExecutionMode
 
-    conn = await psycopg.AsyncConnection.connect(conninfo(url, "bench_pgqueuer"), autocommit=True)
-    qm = QueueManager(Queries(PsycopgDriver(conn)))
+    managers = []
+    for _ in range(consumers):
+        conn = await psycopg.AsyncConnection.connect(conninfo(url, "bench_pgqueuer"), autocommit=True)
+        qm = QueueManager(Queries(PsycopgDriver(conn)))
 
-    @qm.entrypoint("noop", concurrency_limit=concurrency)
-    async def noop(job) -> None:  # noqa: ANN001, ARG001
-        return None
+        @qm.entrypoint("noop")
+        async def noop(job) -> None:  # noqa: ANN001, ARG001
+            return None
 
-    await qm.run(batch_size=batch_size, mode=QueueExecutionMode.drain,
-                 dequeue_timeout=timedelta(seconds=0.05))
+        managers.append(qm)
+    await asyncio.gather(*(qm.run(batch_size=batch_size, mode=QueueExecutionMode.drain)
+                           for qm in managers))
 
 
 async def pgqueuer_setup(url: str, jobs: int) -> None:
@@ -199,26 +244,43 @@ async def pgqueuer_setup(url: str, jobs: int) -> None:
     for start in range(0, jobs, 5000):
         n = min(5000, jobs - start)
         await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
+    await conn.execute("VACUUM ANALYZE pgqueuer")
     await conn.close()
 
 
-def bench_pgqueuer(url: str, jobs: int, workers: int, args: argparse.Namespace) -> float:
-    fresh_schema(url, "bench_pgqueuer")
+def bench_pgqueuer(url: str, jobs: int, args: argparse.Namespace) -> float:
+    schema = "bench_pgqueuer"
+    fresh_schema(url, schema)
     asyncio.run(pgqueuer_setup(url, jobs))
     procs = [subprocess.Popen([sys.executable, __file__, "--role", "pgqueuer", "--database-url", url,
-                               "--batch-size", str(args.batch_size), "--concurrency",
-                               str(args.concurrency)]) for _ in range(workers)]
-    return drain(procs, url, "bench_pgqueuer", "SELECT count(*) FROM pgqueuer", 900)
+                               "--pgqueuer-batch-size", str(args.pgqueuer_batch_size),
+                               "--pgqueuer-consumers", str(args.pgqueuer_consumers)])
+             for _ in range(args.workers)]
+    seconds = drain(procs, url, schema, "SELECT EXISTS (SELECT 1 FROM pgqueuer)", 900)
+    check_done(url, schema, "SELECT count(*) = 0 FROM pgqueuer", True)  # type: ignore[arg-type]
+    return seconds
+
+
+RUNNERS = {
+    "floor": bench_floor,
+    "cronkeeper": bench_cronkeeper,
+    "procrastinate": bench_procrastinate,
+    "pgqueuer": bench_pgqueuer,
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=200)
-    parser.add_argument("--batch-size", type=int, default=200)
-    parser.add_argument("--only", default="floor,cronkeeper,procrastinate,pgqueuer")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes per system")
+    parser.add_argument("--only", default=",".join(RUNNERS), help="comma-separated: " + ",".join(RUNNERS))
+    parser.add_argument("--concurrency", type=int, default=200, help="cronkeeper --concurrency")
+    parser.add_argument("--batch-size", type=int, default=200, help="cronkeeper --batch-size")
+    parser.add_argument("--procrastinate-concurrency", type=int, default=100)
+    parser.add_argument("--pgqueuer-batch-size", type=int, default=100)
+    parser.add_argument("--pgqueuer-consumers", type=int, default=5, help="queue managers per process")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark schemas")
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     url = args.database_url
@@ -227,22 +289,24 @@ def main() -> None:
     if args.role == "procrastinate":
         return procrastinate_worker(url, args.concurrency)
     if args.role == "pgqueuer":
-        return asyncio.run(pgqueuer_worker(url, args.batch_size, args.concurrency))
-    runners = {
-        "floor": lambda: bench_floor(url, args.jobs, args.workers),
-        "cronkeeper": lambda: bench_cronkeeper(url, args.jobs, args.workers, args),
-        "procrastinate": lambda: bench_procrastinate(url, args.jobs, args.workers, min(args.concurrency, 50)),
-        "pgqueuer": lambda: bench_pgqueuer(url, args.jobs, args.workers, args),
-    }
+        return asyncio.run(pgqueuer_worker(url, args.pgqueuer_batch_size, args.pgqueuer_consumers))
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in RUNNERS]
+    if unknown:
+        parser.error(f"--only: unknown {unknown}; choose from {','.join(RUNNERS)}")
     rates: dict[str, float] = {}
-    for name in args.only.split(","):
-        seconds = runners[name]()
+    for name in names:
+        try:
+            seconds = RUNNERS[name](url, args.jobs, args)
+        finally:
+            if not args.keep:
+                drop_schema(url, f"bench_{name}")
         rates[name] = args.jobs / seconds
         print(f"{name:14s} {args.jobs} jobs in {seconds:7.2f} s = {rates[name]:9.0f} jobs/s", flush=True)
     if "cronkeeper" in rates:
         for name, rate in rates.items():
             if name != "cronkeeper":
-                print(f"cronkeeper / {name:14s} = {rates['cronkeeper'] / rate:5.2f}")
+                print(f"cronkeeper / {name:14s} = {rates['cronkeeper'] / rate:6.2f}")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,17 @@ batch of N jobs is one round trip.
 Every state-changing statement on a running job is *fenced*: it matches ``state = 'running'``,
 ``leased_by`` and ``attempts`` (the attempt number this worker claimed), so a worker whose lease
 expired and whose job another worker took can no longer complete, fail or release it.
+
+The batched fences spell the state check ``(state = 'running') IS TRUE``: the same test, but one
+the planner cannot answer from the partial index ``outbox_running_lease``. With the plain
+spelling it scans that index (every running job, and every dead entry left by earlier batches
+until vacuum) and hash-joins the batch, so each batch costs more as a drain goes on; this way each
+job is found by primary key, as the ids in the batch say.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,9 +24,12 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+# payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
+# .backoff): a batch of no-op jobs should not pay two JSON parses per job up front.
 COLUMNS = (
-    "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task, o.payload,"
-    " o.attempts, o.max_attempts, o.timeout_seconds, o.backoff, o.serial"
+    "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task,"
+    " o.payload::text AS payload_json, o.attempts, o.max_attempts, o.timeout_seconds,"
+    " o.backoff::text AS backoff_json, o.serial"
 )
 
 
@@ -33,12 +43,21 @@ class OutboxJob:
     scheduled_for: datetime | None
     version_id: int | None
     task: str
-    payload: Any
+    payload_json: str
     attempt: int
     max_attempts: int
     timeout: float
-    backoff: dict[str, float]
+    backoff_json: str
     serial: bool
+
+    @property
+    def payload(self) -> Any:
+        """The payload, decoded from the row's JSON on each access."""
+        return {} if self.payload_json == "{}" else json.loads(self.payload_json)
+
+    @property
+    def backoff(self) -> dict[str, float]:
+        return json.loads(self.backoff_json)
 
 
 def driver(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
@@ -165,7 +184,7 @@ WITH done AS (
     SET state = 'succeeded', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
         last_error = NULL
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
-    WHERE o.id = d.id AND o.attempts = d.attempt AND o.state = 'running'
+    WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
     RETURNING o.id, o.attempts
 ), recorded AS (
@@ -196,7 +215,7 @@ WITH f AS (
                          THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
         finished_at = CASE WHEN f.state = 'dead' THEN now() END
     FROM f
-    WHERE o.id = f.id AND o.attempts = f.attempt AND o.state = 'running'
+    WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
     RETURNING o.id, o.attempts
 ), recorded AS (
@@ -260,7 +279,7 @@ _LEASE_EXTEND = """
 UPDATE outbox
 SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => %(margin)s))
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE outbox.id = h.id AND outbox.attempts = h.attempt AND outbox.state = 'running'
+WHERE outbox.id = h.id AND outbox.attempts = h.attempt AND (outbox.state = 'running') IS TRUE
   AND outbox.leased_by = %(worker)s
 RETURNING outbox.id
 """

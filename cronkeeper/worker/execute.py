@@ -3,7 +3,6 @@ schedule files. Returns the attempt's ending, or None when the job was handed ba
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -68,7 +67,7 @@ def run_command(worker: Worker, held: Running) -> Ending | None:
         return None
     assert decision.spec is not None and decision.spec.command is not None
     env = commands.job_env(job.schedule, job.scheduled_for, job.key, job.attempt,
-                           json.dumps(job.payload))
+                           job.payload_json)
 
     def on_start(proc):  # noqa: ANN001
         held.proc = proc

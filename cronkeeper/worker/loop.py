@@ -17,15 +17,16 @@ import queue
 import random
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from cronkeeper import clock
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db.engine import Engine, advisory_key
 from cronkeeper.errors import DatabaseError
-from cronkeeper.worker.classify import Ending, Kind, next_state
+from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import execute
+from cronkeeper.worker.recorder import record_loop
+from cronkeeper.worker.runners import Runners
 from cronkeeper.worker.runtime import Backoff, Database, Running, WorkerConfig
 
 log = logging.getLogger("cronkeeper.worker")
@@ -38,13 +39,13 @@ class Worker:
         self.engine = engine
         self.running: dict[int, Running] = {}
         self._lock = threading.Lock()
-        self._endings: queue.Queue[tuple[Running, object]] = queue.Queue()
+        self.endings: queue.SimpleQueue[tuple[Running, object]] = queue.SimpleQueue()
         self._stopping = threading.Event()
-        self._drain_deadline: float | None = None
+        self.drain_deadline: float | None = None
         self._wake = threading.Event()
-        self._recorder_done = threading.Event()
-        self._pool = ThreadPoolExecutor(config.concurrency * 2, thread_name_prefix="job")
-        self._rand = random.Random()
+        self.recorder_done = threading.Event()
+        self._runners = Runners(config.concurrency, self._execute)
+        self.rand = random.Random()
         self._next_serial = 0.0
         self.abandoned: list[threading.Thread] = []
         self.exit_code = 0
@@ -56,8 +57,8 @@ class Worker:
         """Stop claiming; running jobs get ``drain_timeout`` (none when ``immediate``)."""
         now = clock.monotonic()
         limit = now if immediate else now + self.config.drain_timeout
-        if self._drain_deadline is None or limit < self._drain_deadline:
-            self._drain_deadline = limit
+        if self.drain_deadline is None or limit < self.drain_deadline:
+            self.drain_deadline = limit
         if not self._stopping.is_set():
             log.info("action=drain_started worker=%s running=%d", self.config.worker_id, len(self.running))
         self._stopping.set()
@@ -68,8 +69,9 @@ class Worker:
     def run(self) -> int:
         cfg = self.config
         self._register_until_up()
-        recorder = threading.Thread(target=self._record_loop, name="recorder", daemon=True)
+        recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self._supervise_loop, name="supervisor", daemon=True)
+        self._runners.start()
         recorder.start()
         supervisor.start()
         log.info("action=worker_started worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency)
@@ -87,9 +89,10 @@ class Worker:
                 continue
             self._await_room(full)
         self._drain()
-        self._endings.put((None, None))  # type: ignore[arg-type]
-        self._recorder_done.wait(max(5.0, cfg.drain_timeout))
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.endings.put((None, None))  # type: ignore[arg-type]
+        self.recorder_done.wait(max(5.0, cfg.drain_timeout))
+        self.db.close_kept()
+        self._runners.stop()
         log.info("action=worker_stopped worker=%s stats=%s", cfg.worker_id, self.stats)
         return self.exit_code
 
@@ -130,13 +133,13 @@ class Worker:
                 self._stopping.wait(backoff.next())
 
     def _reap(self) -> None:
-        with self.db.transaction("reaping expired leases") as conn:
+        with self.db.statement("reaping expired leases") as conn:
             n = db.outbox_reap_expired(conn)
         if n:
             log.warning("action=leases_expired jobs=%d", n)
 
     def _free(self) -> int:
-        backlog = self._endings.qsize()
+        backlog = self.endings.qsize()
         if backlog > 4 * self.config.batch_size:
             return 0
         return self.config.concurrency - len(self.running)
@@ -155,7 +158,7 @@ class Worker:
         full_tasks = [t for t in limited if per_task.get(t, 0) >= cfg.limits[t]]
         want = min(free, cfg.batch_size)
         full = False
-        with self.db.transaction("claiming jobs") as conn:
+        with self.db.statement("claiming jobs") as conn:
             jobs = db.outbox_claim(
                 conn, worker_id=cfg.worker_id, limit=want, lease_margin=cfg.lease_margin,
                 tasks=cfg.tasks, schedules=cfg.schedules, exclude_tasks=limited,
@@ -166,7 +169,7 @@ class Worker:
             room = min(cfg.limits[name] - per_task.get(name, 0), self._free())
             if room <= 0 or (cfg.tasks is not None and name not in cfg.tasks):
                 continue
-            with self.db.transaction("claiming jobs") as conn:
+            with self.db.statement("claiming jobs") as conn:
                 jobs = db.outbox_claim(
                     conn, worker_id=cfg.worker_id, limit=room, lease_margin=cfg.lease_margin,
                     tasks=[name], schedules=cfg.schedules,
@@ -199,14 +202,19 @@ class Worker:
                 self._start([job])
 
     def _start(self, jobs: list[db.OutboxJob]) -> None:
-        for job in jobs:
-            held = Running(job)
-            with self._lock:
-                self.running[job.id] = held
-            self.stats["claimed"] += 1
-            self._pool.submit(self._execute, held)
+        if not jobs:
+            return
+        helds = [Running(job) for job in jobs]
+        with self._lock:
+            for held in helds:
+                self.running[held.job.id] = held
+        self.stats["claimed"] += len(helds)
+        for held in helds:
+            self._runners.submit(held)
 
     def _execute(self, held: Running) -> None:
+        if held.done:
+            return  # released by the drain before a thread took it
         held.thread = threading.current_thread()
         held.started = clock.monotonic()
         held.deadline = held.started + held.job.timeout
@@ -229,7 +237,7 @@ class Worker:
             else:
                 ctx.finish(commit=False)
         self._forget(held, keep_until_recorded=True)
-        self._endings.put((held, ending))
+        self.endings.put((held, ending))
 
     def _commit_with_completion(self, held: Running) -> Ending:
         ctx, job = held.ctx, held.job
@@ -255,76 +263,12 @@ class Worker:
             self.running.pop(held.job.id, None)
         self._wake.set()
 
-    # -- recorder ---------------------------------------------------------------------------
-
-    def _record_loop(self) -> None:
-        backoff = Backoff()
-        pending: list[tuple[Running, Ending]] = []
-        closing = False
-        while True:
-            try:
-                item = self._endings.get(timeout=0.5)
-                while True:
-                    if item[0] is None:
-                        closing = True
-                    else:
-                        pending.append(item)  # type: ignore[arg-type]
-                    if len(pending) >= 1000:
-                        break
-                    item = self._endings.get_nowait()
-            except queue.Empty:
-                pass
-            if pending:
-                try:
-                    self._record(pending)
-                    pending = []
-                    backoff.reset()
-                except DatabaseError:
-                    if closing and self._drain_deadline is not None and \
-                            clock.monotonic() > self._drain_deadline + 10:
-                        log.error("action=endings_unrecorded jobs=%d: leases will expire", len(pending))
-                        break
-                    clock.sleep(backoff.next())
-                    continue
-            if closing and self._endings.empty():
-                break
-        self._recorder_done.set()
-
-    def _record(self, pending: list[tuple[Running, Ending]]) -> None:
-        cfg = self.config
-        ok: list[db.OutboxJob] = []
-        failures: list[db.Failure] = []
-        for held, ending in pending:
-            job = held.job
-            if ending.kind is Kind.SUCCEEDED:
-                ok.append(job)
-                continue
-            if held.released:
-                failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error, "released"))
-                continue
-            nxt = next_state(ending, job.attempt, job.max_attempts, job.backoff, self._rand.random())
-            failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome))
-        with self.db.transaction("recording job endings") as conn:
-            done = db.outbox_complete(conn, worker_id=cfg.worker_id, ids=[j.id for j in ok],
-                                      attempts=[j.attempt for j in ok]) if ok else []
-            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures) if failures else []
-        self.stats["succeeded"] += len(done)
-        self.stats["failed"] += len(failed)
-        lost = len(ok) + len(failures) - len(done) - len(failed)
-        if lost:
-            self.stats["lost"] += lost
-            log.warning("action=lease_lost jobs=%d: their endings were not recorded (another "
-                        "worker took them after the lease expired)", lost)
-        for f in failures:
-            log.info("action=job_failed job=%d attempt=%d next=%s outcome=%s error=%s",
-                     f.id, f.attempt, f.state, f.outcome, f.error[:200])
-
     # -- supervisor -------------------------------------------------------------------------
 
     def _supervise_loop(self) -> None:
         cfg = self.config
         next_beat = 0.0
-        while not self._recorder_done.is_set():
+        while not self.recorder_done.is_set():
             now = clock.monotonic()
             self._time_out_tasks(now)
             if now >= next_beat:
@@ -333,7 +277,7 @@ class Worker:
                     self._heartbeat()
                 except DatabaseError:
                     next_beat = now + min(cfg.heartbeat_interval, 1.0)
-            self._recorder_done.wait(0.1)
+            self.recorder_done.wait(0.1)
 
     def _heartbeat(self) -> None:
         cfg = self.config
@@ -353,16 +297,16 @@ class Worker:
             late = [r for r in self.running.values()
                     if r.proc is None and r.job.task != "command" and now > r.deadline]
         for held in late:
-            if not held.settle():
+            if not held.settle(timed_out=True):
                 continue
-            held.timed_out = True
             if held.thread is not None:
                 self.abandoned.append(held.thread)
+            self._runners.replace()
             log.error("action=task_timed_out job=%d key=%s attempt=%d timeout=%.1fs: handler "
                       "thread abandoned, attempt recorded as timeout", held.job.id, held.job.key,
                       held.job.attempt, held.job.timeout)
             self._forget(held)
-            self._endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
+            self.endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
         self.abandoned = [t for t in self.abandoned if t.is_alive()]
         if len(self.abandoned) >= self.config.concurrency and not self._stopping.is_set():
             log.error("action=too_many_abandoned_handlers count=%d: stopping so the service "
@@ -373,7 +317,7 @@ class Worker:
     # -- drain ------------------------------------------------------------------------------
 
     def _drain(self) -> None:
-        deadline = self._drain_deadline or clock.monotonic()
+        deadline = self.drain_deadline or clock.monotonic()
         while self.running and clock.monotonic() < deadline:
             self._wake.wait(0.05)
             self._wake.clear()
@@ -390,7 +334,7 @@ class Worker:
             log.warning("action=job_released job=%d key=%s attempt=%d", held.job.id, held.job.key,
                         held.job.attempt)
             self._forget(held)
-            self._endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
+            self.endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
                                             "the job finished (drain timeout)")))
 
 

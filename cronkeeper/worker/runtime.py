@@ -65,12 +65,15 @@ class Running:
     released: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def settle(self) -> bool:
-        """Claim the right to record this job's ending (once: worker, watchdog or drain)."""
+    def settle(self, *, timed_out: bool = False) -> bool:
+        """Claim the right to record this job's ending (once: worker, watchdog or drain).
+        ``timed_out`` is set under the same lock, so the job's thread, when its handler
+        finally returns and cannot settle, knows it was abandoned."""
         with self.lock:
             if self.done:
                 return False
             self.done = True
+            self.timed_out = timed_out
             return True
 
 
@@ -82,6 +85,40 @@ class Database:
         self.engine = engine
         self._down_since: float | None = None
         self._lock = threading.Lock()
+        self._kept = threading.local()
+
+    @contextlib.contextmanager
+    def statement(self, action: str) -> Iterator[Connection]:
+        """An autocommit connection kept by the calling thread, for work that is one statement
+        (or several that need not commit together): no checkout, ping, BEGIN or COMMIT round
+        trip per call. The claim loop and the recorder use it; on any error the connection is
+        dropped (invalidated when it broke) and the next call opens another."""
+        conn: Connection | None = getattr(self._kept, "conn", None)
+        try:
+            if conn is None:
+                conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+                self._kept.conn = conn
+            yield conn
+        except BaseException as exc:
+            self._kept.conn = None
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    if isinstance(exc, CONNECTION_ERRORS):
+                        conn.invalidate()
+                    conn.close()
+            if isinstance(exc, DB_ERRORS):
+                self.down(action, exc)
+                raise DatabaseError(f"{action}: {describe(exc)}") from exc
+            raise
+        self.up()
+
+    def close_kept(self) -> None:
+        """Return the calling thread's kept connection to the pool."""
+        conn = getattr(self._kept, "conn", None)
+        self._kept.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
     @contextlib.contextmanager
     def transaction(self, action: str) -> Iterator[Connection]:

@@ -1,0 +1,99 @@
+"""The recorder thread: job endings, batched. Successes are one fenced UPDATE over unnest
+arrays, failures another, on a connection the thread keeps (autocommit: each statement is
+atomic and fenced on its own). Endings are kept in memory and retried while the database is
+away; a lost lease (the fence refused the ending) is counted and logged."""
+
+from __future__ import annotations
+
+import logging
+import queue
+from typing import TYPE_CHECKING
+
+from cronkeeper import clock
+from cronkeeper.db import outbox as db
+from cronkeeper.errors import DatabaseError
+from cronkeeper.worker.classify import Ending, Kind, next_state
+from cronkeeper.worker.runtime import Backoff, Running
+
+if TYPE_CHECKING:
+    from cronkeeper.worker.loop import Worker
+
+log = logging.getLogger("cronkeeper.worker")
+
+MAX_BATCH = 1000
+
+
+def record_loop(worker: Worker) -> None:
+    endings = worker.endings
+    backoff = Backoff()
+    pending: list[tuple[Running, Ending]] = []
+    closing = False
+    while True:
+        try:
+            item = endings.get(timeout=0.5)
+            while True:
+                if item[0] is None:
+                    closing = True
+                else:
+                    pending.append(item)  # type: ignore[arg-type]
+                if len(pending) >= MAX_BATCH:
+                    break
+                item = endings.get_nowait()
+        except queue.Empty:
+            pass
+        if pending:
+            try:
+                record(worker, pending)
+                pending = []
+                backoff.reset()
+            except DatabaseError:
+                deadline = worker.drain_deadline
+                if closing and deadline is not None and clock.monotonic() > deadline + 10:
+                    log.error("action=endings_unrecorded jobs=%d: leases will expire", len(pending))
+                    break
+                clock.sleep(backoff.next())
+                continue
+        if closing and endings.empty():
+            break
+    worker.db.close_kept()
+    worker.recorder_done.set()
+
+
+def record(worker: Worker, pending: list[tuple[Running, Ending]]) -> None:
+    """Record the endings; successes leave ``pending`` once committed (so a retry after the
+    failures' statement failed does not count them as lost)."""
+    cfg = worker.config
+    ok_ids: list[int] = []
+    ok_attempts: list[int] = []
+    failures: list[db.Failure] = []
+    for held, ending in pending:
+        job = held.job
+        if ending.kind is Kind.SUCCEEDED:
+            ok_ids.append(job.id)
+            ok_attempts.append(job.attempt)
+            continue
+        if held.released:
+            failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error, "released"))
+            continue
+        nxt = next_state(ending, job.attempt, job.max_attempts, job.backoff, worker.rand.random())
+        failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome))
+    lost = 0
+    if ok_ids:
+        with worker.db.statement("recording job endings") as conn:
+            done = db.outbox_complete(conn, worker_id=cfg.worker_id, ids=ok_ids, attempts=ok_attempts)
+        worker.stats["succeeded"] += len(done)
+        lost += len(ok_ids) - len(done)
+        # Committed: a retry after a failure below must not present these again.
+        pending[:] = [item for item in pending if item[1].kind is not Kind.SUCCEEDED]
+    if failures:
+        with worker.db.statement("recording job endings") as conn:
+            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures)
+        worker.stats["failed"] += len(failed)
+        lost += len(failures) - len(failed)
+    if lost:
+        worker.stats["lost"] += lost
+        log.warning("action=lease_lost jobs=%d: their endings were not recorded (another "
+                    "worker took them after the lease expired)", lost)
+    for f in failures:
+        log.info("action=job_failed job=%d attempt=%d next=%s outcome=%s error=%s",
+                 f.id, f.attempt, f.state, f.outcome, f.error[:200])

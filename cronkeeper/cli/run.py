@@ -61,13 +61,15 @@ def parse_metrics_address(value: str) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def start_metrics(address: str, kind: str):
+def start_metrics(address: str, kind: str, engine=None, cluster: str = "default"):
+    """Serve metrics on ``address`` (or not, for 'off'). With an engine, queue and fleet
+    figures are read from the database on each scrape."""
     bind = parse_metrics_address(address)
     if bind is None:
         return None
     from cronkeeper import metrics  # noqa: PLC0415 - only when served
 
-    return metrics.serve(bind, kind=kind)
+    return metrics.serve(bind, kind=kind, engine=engine, cluster=cluster)
 
 
 @click.command("run")
@@ -91,7 +93,7 @@ def run_command(
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run")
     instance_id = instance_id or default_instance_id()
-    metrics = start_metrics(metrics_address, "scheduler")
+    metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
     node = Node(
         url=db.url, schema=schema, cluster=cluster, engine=db.engine, schedules=schedules,
         instance_id=instance_id, metrics=metrics,

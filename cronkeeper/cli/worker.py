@@ -60,8 +60,10 @@ def default_worker_id() -> str:
               help="Seconds between SIGTERM and SIGKILL of a timed-out command's process group.")
 @click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,
               help="Default: host, pid and a random suffix.")
-@click.option("--metrics-address", envvar="CRONKEEPER_METRICS_ADDRESS", default="off",
-              show_default=True, help="HOST:PORT for Prometheus metrics, or 'off'.")
+@click.option("--metrics-address", envvar="CRONKEEPER_WORKER_METRICS_ADDRESS",
+              default="127.0.0.1:9465", show_default=True,
+              help="HOST:PORT for Prometheus metrics, or 'off' (env "
+                   "CRONKEEPER_WORKER_METRICS_ADDRESS; 9465, next to the scheduler's 9464).")
 @click.option("--log-format", envvar="CRONKEEPER_LOG_FORMAT", type=click.Choice(["text", "json"]),
               default="text", show_default=True)
 @click.option("--log-level", envvar="CRONKEEPER_LOG_LEVEL",
@@ -96,7 +98,7 @@ def worker_command(
         poll_interval=poll_interval, drain_timeout=drain_timeout, kill_grace=kill_grace,
         specs=specs, schedules_digest=digest, version=__version__,
     )
-    _serve_metrics(metrics_address)
+    _serve_metrics(metrics_address, database.engine, cluster)
     worker = Worker(database.engine, config)
     signals = {"count": 0}
 
@@ -116,13 +118,13 @@ def worker_command(
     raise SystemExit(code)
 
 
-def _serve_metrics(address: str) -> None:
+def _serve_metrics(address: str, engine, cluster: str) -> None:
     if address.strip().lower() == "off":
         return
     try:
         from cronkeeper.cli.run import start_metrics
 
-        start_metrics(address, "worker")
+        start_metrics(address, "worker", engine=engine, cluster=cluster)
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - metrics must not stop the worker

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 COLUMNS = (
     "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task,"
     " o.payload::text AS payload_json, o.attempts, o.max_attempts, o.timeout_seconds,"
-    " o.backoff::text AS backoff_json, o.serial"
+    " o.backoff::text AS backoff_json, o.serial, o.owner"
 )
 
 
@@ -49,6 +49,7 @@ class OutboxJob:
     timeout: float
     backoff_json: str
     serial: bool
+    owner: str | None = None
 
     @property
     def payload(self) -> Any:

@@ -18,7 +18,7 @@ import random
 import socket
 import threading
 
-from cronkeeper import clock
+from cronkeeper import clock, metrics
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db.engine import Engine, advisory_key
@@ -218,6 +218,7 @@ class Worker:
         held.thread = threading.current_thread()
         held.started = clock.monotonic()
         held.deadline = held.started + held.job.timeout
+        metrics.current().job_started(held.job.schedule, held.job.owner)
         ending = execute(self, held)
         if ending is None or not held.settle():
             if held.ctx is not None:

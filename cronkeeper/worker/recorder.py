@@ -9,7 +9,7 @@ import logging
 import queue
 from typing import TYPE_CHECKING
 
-from cronkeeper import clock
+from cronkeeper import clock, metrics
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind, next_state
@@ -63,6 +63,7 @@ def record(worker: Worker, pending: list[tuple[Running, Ending]]) -> None:
     """Record the endings; successes leave ``pending`` once committed (so a retry after the
     failures' statement failed does not count them as lost)."""
     cfg = worker.config
+    pending_before = list(pending)
     ok_ids: list[int] = []
     ok_attempts: list[int] = []
     failures: list[db.Failure] = []
@@ -94,6 +95,27 @@ def record(worker: Worker, pending: list[tuple[Running, Ending]]) -> None:
         worker.stats["lost"] += lost
         log.warning("action=lease_lost jobs=%d: their endings were not recorded (another "
                     "worker took them after the lease expired)", lost)
+    _observe(pending_before, failures)
     for f in failures:
         log.info("action=job_failed job=%d attempt=%d next=%s outcome=%s error=%s",
                  f.id, f.attempt, f.state, f.outcome, f.error[:200])
+
+
+def _observe(pending: list[tuple[Running, Ending]], failures: list[db.Failure]) -> None:
+    """Metrics for each recorded ending, and one error line per dead letter (§8: who is alerted)."""
+    sink = metrics.current()
+    outcome_of = {f.id: f for f in failures}
+    now = clock.monotonic()
+    for held, ending in pending:
+        job = held.job
+        failure = outcome_of.get(job.id)
+        outcome = "succeeded" if ending.kind is Kind.SUCCEEDED else (failure.outcome if failure else "retry")
+        sink.job_finished(job.schedule, job.owner, outcome, now - held.started if held.started else 0.0,
+                          job.attempt)
+        if failure is not None and failure.state == "dead":
+            log.error(
+                "dead letter: job %d (%s) after %d attempt(s): %s", job.id, job.key, job.attempt,
+                (failure.error or "")[:200],
+                extra={"action": "dead_letter", "schedule": job.schedule, "owner": job.owner,
+                       "job_id": job.id},
+            )

@@ -1,0 +1,255 @@
+"""cronkeeper status: instances, leader and term, the advisory lock key, each schedule's next
+fire, last outcome and pause, the queue, and a diagnosis in words when something is wrong (§6).
+
+Schedules come from the versions in force in the database (what the leader plans with), not
+from local files. The database URL is shown with its password hidden.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from cronkeeper.cli.common import database_options, format_option, safe
+
+STORM_WINDOW = 300.0  # seconds of attempts the retry-storm check looks at
+STORM_MIN_FAILURES = 5
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return value
+
+
+def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
+           live_within: float = 30.0) -> dict[str, Any]:
+    """Everything status shows, read in one transaction, plus the diagnosis."""
+    from cronkeeper.audit import (
+        BadVersion,
+        audit_schedule,
+        in_window,
+        period_seconds,
+        records_from_rows,
+        trigger_of,
+        versions_from_rows,
+    )
+    from cronkeeper.db import audit as dba
+    from cronkeeper.db.engine import leader_lock_key, lock_key_parts, translate_errors
+
+    key = leader_lock_key(schema, cluster)
+    with translate_errors("reading the cluster's status"), engine.connect() as conn:
+        now = dba.session_utc(conn)
+        lead = dba.leadership_current(conn, cluster)
+        instances = dba.instances_live(conn, cluster, live_within)
+        held = dba.lock_held(conn, *lock_key_parts(key))
+        problems: list[str] = []
+        try:
+            versions = versions_from_rows(dba.versions_all(conn))
+        except BadVersion as exc:
+            versions = {}
+            problems.append(str(exc))
+        current = {n: v[-1] for n, v in versions.items() if v[-1].spec is not None}
+        latest = dba.periods_latest(conn, list(current))
+        paused = dba.controls_all(conn)
+        oldest = dba.outbox_oldest_available(conn)
+        dead = dba.outbox_dead(conn)
+        depth = dba.outbox_depth(conn)
+        failed, finished, failed_before = dba.attempts_recent(conn, STORM_WINDOW)
+        missing: dict[str, int] = {}
+        since = now - timedelta(hours=1)
+        for name, vs in versions.items():
+            if in_window(vs, since, now):
+                records = records_from_rows(dba.periods_range(conn, name, since, now))
+                _, summary = audit_schedule(name, vs, records, since=since, until=now, now=now)
+                if summary.missing:
+                    missing[name] = summary.missing
+        conn.rollback()
+
+    leader = None
+    if lead and lead["released_at"] is None and lead["heartbeat_age"] <= leader_timeout:
+        leader = {"instance_id": lead["instance_id"], "term": lead["term"],
+                  "since": _iso(lead["since"]), "heartbeat_at": _iso(lead["heartbeat_at"])}
+    schedules = []
+    periods: dict[str, float | None] = {}
+    for name, version in sorted(current.items()):
+        spec = version.spec
+        last = latest.get(name)
+        after = max(version.active_from, last[0]) if last else version.active_from
+        upcoming = trigger_of(spec).next_fire(after)
+        periods[name] = period_seconds(spec, now)
+        schedules.append({
+            "name": name,
+            "owner": spec.owner,
+            "next_fire": _iso(upcoming),
+            "overdue": bool(upcoming and (now - upcoming).total_seconds() > spec.grace),
+            "last_outcome": None if last is None else {
+                "scheduled_for": _iso(last[0]), "outcome": last[1], "reason": last[2],
+                "decided_at": _iso(last[3]), "job_state": last[4],
+            },
+            "paused": bool(paused.get(name, False)),
+        })
+    doc: dict[str, Any] = {
+        "cluster": cluster,
+        "schema": schema,
+        "database": None,
+        "now": _iso(now),
+        "lock_key": key,
+        "lock_held": held,
+        "leader": leader,
+        "last_leader": None if lead is None else {
+            "instance_id": lead["instance_id"], "term": lead["term"], "since": _iso(lead["since"]),
+            "heartbeat_age_seconds": round(lead["heartbeat_age"], 3),
+            "released_at": _iso(lead["released_at"]),
+        },
+        "instances": [
+            {"instance_id": i["instance_id"], "kind": i["kind"], "role": i["role"],
+             "host": i["host"], "pid": i["pid"], "version": i["version"],
+             "schedules_digest": i["schedules_digest"], "tzdata_version": i["tzdata_version"],
+             "heartbeat_at": _iso(i["heartbeat_at"]), "clock_skew_seconds": i["clock_skew_seconds"]}
+            for i in instances
+        ],
+        "schedules": schedules,
+        "queue": {
+            "depth": {s: depth.get(s, 0) for s in ("available", "running", "succeeded", "dead",
+                                                    "published")},
+            "oldest_available": [
+                {"schedule": s or None, "owner": o or None, "age_seconds": round(age, 3),
+                 "ready": n} for s, o, age, n in oldest
+            ],
+            "dead_letters": [{"schedule": s or None, "owner": o or None, "count": n}
+                             for s, o, n in dead],
+            "attempts_failed_recent": failed,
+            "attempts_finished_recent": finished,
+            "attempts_failed_before": failed_before,
+        },
+        "periods_missing_last_hour": missing,
+    }
+    doc["diagnosis"] = problems + diagnose(doc, periods)
+    return doc
+
+
+def diagnose(doc: dict[str, Any], periods: dict[str, float | None]) -> list[str]:
+    """What is wrong, in words, from the gathered facts (pure)."""
+    out: list[str] = []
+    schedulers = [i for i in doc["instances"] if i["kind"] == "scheduler"]
+    owners = {s["name"]: s["owner"] for s in doc["schedules"]}
+
+    def who(schedule: str | None, owner: str | None = None) -> str:
+        owner = owner or owners.get(schedule or "")
+        return f"{schedule or '(enqueued by an application)'}" + (f" (owner {owner})" if owner else "")
+
+    if doc["leader"] is None:
+        last = doc["last_leader"]
+        if not schedulers:
+            why = "no scheduler instance is running (start `cronkeeper run` on your VMs)"
+        elif last and last["released_at"]:
+            why = (f"{last['instance_id']} released leadership at {last['released_at']} and no "
+                   "live instance has taken it")
+        elif last:
+            why = (f"the last leader {last['instance_id']} (term {last['term']}) has not "
+                   f"heartbeated for {last['heartbeat_age_seconds']:.0f}s: frozen, stalled or "
+                   "cut off; a standby deposes it")
+        else:
+            why = "no instance has ever led this cluster"
+        out.append(f"no leader: {why}. Nothing fires until one leads.")
+    digests = {i["schedules_digest"] for i in schedulers}
+    if len(digests) > 1:
+        groups = ", ".join(
+            f"{d[:12]}: " + " ".join(i["instance_id"] for i in schedulers
+                                     if i["schedules_digest"] == d) for d in sorted(digests))
+        out.append(f"schedule digest disagreement among live schedulers ({groups}): deploy the "
+                   "same schedule files everywhere; the leader's set is the one that fires")
+    tz = {i["tzdata_version"] for i in doc["instances"]}
+    if len(tz) > 1:
+        out.append(f"tzdata disagreement among live instances ({', '.join(sorted(tz))}): two "
+                   "versions can place a DST transition differently; upgrade the older hosts")
+    q = doc["queue"]
+    worst = max((o["age_seconds"] for o in q["oldest_available"]), default=0.0)
+    failed, finished = q["attempts_failed_recent"], q["attempts_finished_recent"]
+    if (failed >= STORM_MIN_FAILURES and failed >= q["attempts_failed_before"]
+            and failed >= finished / 2 and worst > 60):
+        out.append(
+            f"retry storm: {failed} of {finished} attempts failed in the last "
+            f"{STORM_WINDOW / 60:.0f} minutes (not fewer than before) while the oldest ready job "
+            f"has waited {worst:.0f}s. Adding workers makes this worse: it retries the failing "
+            "dependency harder. Fix or pause the failing dependency first.")
+    for o in q["oldest_available"]:
+        period = periods.get(o["schedule"] or "")
+        if period and o["age_seconds"] > period:
+            out.append(
+                f"queue behind: the oldest ready job of {who(o['schedule'], o['owner'])} has "
+                f"waited {o['age_seconds']:.0f}s, longer than its period ({period:.0f}s): "
+                "workers are not keeping up or not claiming it")
+    for d in q["dead_letters"]:
+        out.append(f"dead letters waiting: {d['count']} of {who(d['schedule'], d['owner'])}: "
+                   "`cronkeeper dlq list` to inspect, then replay or discard")
+    for name, n in sorted(doc["periods_missing_last_hour"].items()):
+        out.append(f"periods missing: {n} period(s) of {who(name)} in the last hour have no "
+                   "recorded outcome (`cronkeeper history " + name + " --since 1h`)")
+    return out
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = [f"cluster {safe(doc['cluster'])}  schema {doc['schema']}  database "
+             f"{safe(doc['database'] or '-')}",
+             f"advisory lock key {doc['lock_key']} ({'held' if doc['lock_held'] else 'free'})"]
+    lead = doc["leader"]
+    if lead:
+        lines.append(f"leader: {safe(lead['instance_id'])} term {lead['term']} since {lead['since']}")
+    else:
+        lines.append("leader: none")
+    lines += ["", "INSTANCES", f"  {'ID':<28} {'KIND':<9} {'ROLE':<7} {'PID':>7} {'DIGEST':<12} "
+              f"{'TZDATA':<7}"]
+    for i in doc["instances"]:
+        lines.append(f"  {safe(i['instance_id'])[:28]:<28} {i['kind']:<9} {i['role']:<7} "
+                     f"{i['pid']:>7} {safe(i['schedules_digest'])[:12]:<12} "
+                     f"{safe(i['tzdata_version'])[:7]:<7}")
+    if not doc["instances"]:
+        lines.append("  (no live instance)")
+    lines += ["", "SCHEDULES", f"  {'NAME':<24} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} PAUSED"]
+    for s in doc["schedules"]:
+        nxt = (s["next_fire"] or "never")[:19].replace("T", " ") + ("!" if s["overdue"] else "")
+        last = s["last_outcome"]
+        text = "-"
+        if last:
+            text = last["outcome"] + (f" ({last['reason']})" if last["reason"] else "")
+            text += f" {last['job_state']}" if last["job_state"] else ""
+        lines.append(f"  {safe(s['name'])[:24]:<24} {nxt:<20} {text[:26]:<26} "
+                     f"{'yes' if s['paused'] else 'no'}")
+    if not doc["schedules"]:
+        lines.append("  (no schedule in force: a leader adopts the schedule files)")
+    depth = doc["queue"]["depth"]
+    lines += ["", "QUEUE  " + "  ".join(f"{k} {v}" for k, v in depth.items())]
+    lines.append("")
+    if doc["diagnosis"]:
+        lines.append("DIAGNOSIS")
+        lines += [f"  - {safe(d)}" for d in doc["diagnosis"]]
+    else:
+        lines.append("DIAGNOSIS  nothing wrong found")
+    return "\n".join(lines)
+
+
+@click.command("status")
+@database_options
+@format_option
+@click.option("--leader-timeout", envvar="CRONKEEPER_LEADER_TIMEOUT", type=float, default=10.0,
+              show_default=True, help="A leader whose heartbeat is older than this is not shown.")
+def status_command(database_url, schema, cluster, fmt, leader_timeout) -> None:
+    """Show instances, the leader, schedules and the queue, and say what is wrong."""
+    from cronkeeper.cli.connect import open_database
+    from cronkeeper.db.engine import redact
+
+    db = open_database(database_url, schema, application_name="cronkeeper-status")
+    try:
+        doc = gather(db.engine, schema, cluster, leader_timeout=leader_timeout)
+    finally:
+        db.engine.dispose()
+    doc["database"] = redact(db.url)
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        click.echo(render(doc))

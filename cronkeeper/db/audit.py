@@ -1,0 +1,228 @@
+"""Statements behind ``history``, ``status`` and the metrics collector: read-only, one function
+per statement. Each takes a SQLAlchemy connection (or a raw psycopg one) whose search_path names
+the schema; timestamps come back in UTC (``session_utc``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+
+def raw(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    return conn.connection.driver_connection  # type: ignore[return-value]
+
+
+def session_utc(conn: sa.Connection | psycopg.Connection) -> datetime:
+    """Timestamps in UTC for the rest of this transaction; returns the database's now."""
+    c = raw(conn)
+    c.execute("SELECT set_config('TimeZone', 'UTC', true)")
+    return c.execute("SELECT clock_timestamp()").fetchone()[0]
+
+
+def versions_all(
+    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str] | None = None
+) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
+    """Every version of the schedules (all when None): (id, schedule, spec, active_from),
+    ordered by schedule then active_from."""
+    return raw(conn).execute(
+        """
+        SELECT id, schedule, spec, active_from FROM schedule_versions
+        WHERE %(names)s::text[] IS NULL OR schedule = ANY(%(names)s::text[])
+        ORDER BY schedule, active_from, id
+        """,
+        {"names": list(schedules) if schedules is not None else None},
+    ).fetchall()
+
+
+def versions_current(
+    conn: sa.Connection | psycopg.Connection,
+) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
+    """The newest version of every schedule (spec None: removed)."""
+    return raw(conn).execute(
+        """
+        SELECT DISTINCT ON (schedule) id, schedule, spec, active_from
+        FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
+        """
+    ).fetchall()
+
+
+def periods_range(
+    conn: sa.Connection | psycopg.Connection, schedule: str, since: datetime, until: datetime
+) -> list[tuple]:
+    """One schedule's recorded periods in ``[since, until]`` with their jobs, ascending, shaped
+    as ``audit.Record``: (scheduled_for as Unix seconds, outcome, reason, emitted_at as Unix
+    seconds, job state, job attempts). Instants travel as numbers in binary: a year of a
+    minutely schedule is half a million rows. One range scan of the periods primary key; the
+    job comes from the outbox's (schedule, scheduled_for) index."""
+    with raw(conn).cursor(binary=True) as cur:
+        cur.execute(
+            """
+            SELECT floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
+                   CASE WHEN p.outcome = 'emitted' THEN
+                       extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
+                   o.state, o.attempts
+            FROM periods p
+            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+                              AND p.outcome = 'emitted'
+            WHERE p.schedule = %(s)s AND p.scheduled_for >= %(a)s AND p.scheduled_for <= %(b)s
+            ORDER BY p.scheduled_for, o.id
+            """,
+            {"s": schedule, "a": since, "b": until},
+        )
+        return cur.fetchall()
+
+
+def periods_latest(
+    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str]
+) -> dict[str, tuple]:
+    """Each schedule's latest decided period: (scheduled_for, outcome, reason, decided_at,
+    job state). One index probe per schedule."""
+    if not schedules:
+        return {}
+    rows = raw(conn).execute(
+        """
+        SELECT s, p.scheduled_for, p.outcome, p.reason, p.decided_at, o.state
+        FROM unnest(%s::text[]) AS s
+        CROSS JOIN LATERAL (SELECT * FROM periods WHERE schedule = s
+                            ORDER BY scheduled_for DESC LIMIT 1) p
+        LEFT JOIN LATERAL (SELECT state FROM outbox WHERE schedule = s
+                           AND scheduled_for = p.scheduled_for ORDER BY id LIMIT 1) o ON true
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def periods_last_emitted(
+    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str]
+) -> dict[str, datetime]:
+    """Each schedule's latest emitted period (a backward scan of the primary key)."""
+    if not schedules:
+        return {}
+    rows = raw(conn).execute(
+        """
+        SELECT s, (SELECT max(scheduled_for) FROM periods
+                   WHERE schedule = s AND outcome = 'emitted')
+        FROM unnest(%s::text[]) AS s
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {s: t for s, t in rows if t is not None}
+
+
+def controls_all(conn: sa.Connection | psycopg.Connection) -> dict[str, bool]:
+    return dict(raw(conn).execute("SELECT schedule, paused FROM schedule_controls").fetchall())
+
+
+def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:
+    """Jobs in the outbox by state."""
+    return dict(raw(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
+
+
+def outbox_oldest_available(
+    conn: sa.Connection | psycopg.Connection,
+) -> list[tuple[str, str, float, int]]:
+    """Per schedule (and owner): age in seconds of the oldest job that is ready to run
+    (available, run_after <= now), and how many are ready. Uses the ``outbox_available`` index."""
+    return raw(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''),
+               extract(epoch FROM clock_timestamp() - min(run_after))::float8, count(*)
+        FROM outbox WHERE state = 'available' AND run_after <= clock_timestamp()
+        GROUP BY 1, 2
+        """
+    ).fetchall()
+
+
+def outbox_retrying(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
+    """Per schedule (and owner): available jobs that already failed at least once."""
+    return raw(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
+        FROM outbox WHERE state = 'available' AND attempts > 0 GROUP BY 1, 2
+        """
+    ).fetchall()
+
+
+def outbox_dead(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
+    """Dead letters waiting, per schedule and owner (the ``outbox_dead`` index)."""
+    return raw(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
+        FROM outbox WHERE state = 'dead' GROUP BY 1, 2
+        """
+    ).fetchall()
+
+
+def attempts_high_water(conn: sa.Connection | psycopg.Connection) -> int:
+    """The highest attempt id: grows by one per claim, fleet-wide (a counter)."""
+    return raw(conn).execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
+
+
+def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) -> tuple[int, int, int]:
+    """(failed, finished) attempts in the last ``seconds``, and failed in the ``seconds``
+    before that. Failed: retry, timeout, lease_expired, dead. Uses ``attempts_finished_at``."""
+    row = raw(conn).execute(
+        """
+        SELECT count(*) FILTER (WHERE finished_at > clock_timestamp() - w
+                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead')),
+               count(*) FILTER (WHERE finished_at > clock_timestamp() - w),
+               count(*) FILTER (WHERE finished_at <= clock_timestamp() - w
+                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead'))
+        FROM attempts, make_interval(secs => %(s)s) AS w
+        WHERE finished_at > clock_timestamp() - 2 * w
+        """,
+        {"s": seconds},
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def instances_live(
+    conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float = 30.0
+) -> list[dict[str, Any]]:
+    """Instances of the cluster whose heartbeat is recent, schedulers first."""
+    cur = raw(conn).execute(
+        """
+        SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
+               started_at, heartbeat_at, clock_skew_seconds
+        FROM instances
+        WHERE cluster = %(c)s AND heartbeat_at > clock_timestamp() - make_interval(secs => %(w)s)
+        ORDER BY kind, instance_id
+        """,
+        {"c": cluster, "w": within_seconds},
+    )
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -> dict | None:
+    """The cluster's leadership row with the heartbeat's age in seconds, or None."""
+    cur = raw(conn).execute(
+        """
+        SELECT term, instance_id, since, heartbeat_at, released_at,
+               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
+        FROM leadership WHERE cluster = %s
+        """,
+        (cluster,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip([d.name for d in cur.description], row, strict=True))
+
+
+def lock_held(conn: sa.Connection | psycopg.Connection, classid: int, objid: int) -> bool:
+    """True when some session holds the advisory lock (bigint key split as pg_locks shows it)."""
+    return bool(raw(conn).execute(
+        """
+        SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s
+                       AND objid = %s AND objsubid = 1 AND granted)
+        """,
+        (classid, objid),
+    ).fetchone()[0])

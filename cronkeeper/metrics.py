@@ -1,0 +1,331 @@
+"""Every metric cronkeeper exports, declared in one place, on an injectable registry (§8).
+
+Two sources:
+- this process's own events: leadership and term, fires and fire lag (the leader's ticks),
+  clock skew, and the worker's job events (``job_started`` / ``job_finished``);
+- the database, read on each scrape by ``DatabaseCollector`` so that every instance reports the
+  same truth: outbox depth by state, age of the oldest ready job, dead letters, jobs waiting to
+  retry, attempts started (fleet-wide), live instances, schedule digest and tzdata disagreement,
+  last and next fire per schedule, and periods missing in the last hour (the audit, cached for a
+  minute; newly missing periods are also logged at warning).
+
+Labels are bounded: schedule, owner, outcome, reason, state, kind. Never job ids or error text.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from cronkeeper import __version__, clock
+from cronkeeper.timing import tzdata_version
+
+log = logging.getLogger("cronkeeper.metrics")
+
+LAG_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600)
+ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 7, 10, 20)
+FAILED = frozenset({"retry", "timeout", "lease_expired", "dead", "failed"})
+AUDIT_WINDOW = timedelta(hours=1)
+AUDIT_EVERY = 60.0  # seconds between audits of the last hour
+
+
+class Metrics:
+    """The metrics of one process. ``kind`` is ``scheduler`` or ``worker``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, kind: str = "scheduler") -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.kind = kind
+        r = self.registry
+        self.info = Gauge("cronkeeper_build_info", "Always 1: this process's version, kind and "
+                          "IANA tzdata version.", ["version", "kind", "tzdata"], registry=r)
+        self.info.labels(__version__, kind, tzdata_version()).set(1)
+        # leadership (set by election.Node)
+        self.leader = Gauge("cronkeeper_leader", "1 while this instance is the cluster's leader.",
+                            registry=r)
+        self.term = Gauge("cronkeeper_leader_term", "The term (fencing token) this instance last "
+                          "led or saw.", registry=r)
+        self.skew = Gauge("cronkeeper_clock_skew_seconds", "Database clock minus this host's "
+                          "clock, at the last instance heartbeat.", registry=r)
+        # the leader's decisions
+        self.fires = Counter("cronkeeper_fires", "Periods decided by this instance as leader, by "
+                             "outcome (emitted|skipped) and reason.",
+                             ["schedule", "owner", "outcome", "reason"], registry=r)
+        self.fire_lag = Histogram("cronkeeper_fire_lag_seconds", "Decision time minus the "
+                                  "period's nominal instant, for emitted periods.",
+                                  ["schedule"], buckets=LAG_BUCKETS, registry=r)
+        # the worker's job events
+        self.jobs_started = Counter("cronkeeper_jobs_started", "Job attempts started by this "
+                                    "worker.", ["schedule", "owner"], registry=r)
+        self.jobs_finished = Counter("cronkeeper_jobs_finished", "Job attempts finished by this "
+                                     "worker, by outcome.", ["schedule", "owner", "outcome"],
+                                     registry=r)
+        self.job_failures = Counter("cronkeeper_job_failures", "Failed job attempts (retry, "
+                                    "timeout, lease_expired, dead).",
+                                    ["schedule", "owner", "outcome"], registry=r)
+        self.job_duration = Histogram("cronkeeper_job_duration_seconds", "Run time of one job "
+                                      "attempt.", ["schedule", "outcome"],
+                                      buckets=DURATION_BUCKETS, registry=r)
+        self.job_attempts = Histogram("cronkeeper_job_attempts", "Attempts a job took, observed "
+                                      "when it finished for good (succeeded or dead).",
+                                      ["schedule"], buckets=ATTEMPT_BUCKETS, registry=r)
+        self.jobs_running = Gauge("cronkeeper_jobs_running", "Jobs this worker is running now.",
+                                  registry=r)
+        self._owners: dict[str, str] = {}
+
+    # -- election.Node ------------------------------------------------------------------------
+    def set_leader(self, is_leader: bool, term: int | None) -> None:
+        self.leader.set(1 if is_leader else 0)
+        if term is not None:
+            self.term.set(term)
+
+    def set_skew(self, seconds: float) -> None:
+        self.skew.set(seconds)
+
+    def observe_tick(self, report: Any, schedules: Any = None) -> None:
+        """Count each decision of a ``scheduler.TickReport``; ``schedules`` (a ScheduleSet)
+        gives the owners."""
+        if schedules is not None:
+            self._owners = {s.name: s.owner or "" for s in schedules.specs}
+        now = report.now
+        for schedule, decision, _job_id in report.decisions:
+            outcome = str(decision.outcome)
+            reason = str(decision.reason) if decision.reason is not None else ""
+            self.fires.labels(schedule, self._owners.get(schedule, ""), outcome, reason).inc()
+            if outcome == "emitted":
+                lag = (now - decision.scheduled_for).total_seconds()
+                self.fire_lag.labels(schedule).observe(max(lag, 0.0))
+
+    # -- the worker ----------------------------------------------------------------------------
+    def job_started(self, schedule: str | None, owner: str | None) -> None:
+        self.jobs_started.labels(schedule or "", owner or "").inc()
+        self.jobs_running.inc()
+
+    def job_finished(
+        self, schedule: str | None, owner: str | None, outcome: str, duration_seconds: float,
+        attempt: int, final: bool | None = None,
+    ) -> None:
+        """One attempt ended. ``outcome`` as in the attempts table: succeeded, retry, dead,
+        timeout, lease_expired, released. ``final``: the job will not run again (default: the
+        outcome is succeeded or dead)."""
+        s, o = schedule or "", owner or ""
+        self.jobs_running.dec()
+        self.jobs_finished.labels(s, o, outcome).inc()
+        self.job_duration.labels(s, outcome).observe(max(duration_seconds, 0.0))
+        if outcome in FAILED:
+            self.job_failures.labels(s, o, outcome).inc()
+        if final if final is not None else outcome in ("succeeded", "dead"):
+            self.job_attempts.labels(s).observe(attempt)
+
+
+class NullMetrics(Metrics):
+    """What ``current()`` returns when no metrics are served: every call does nothing."""
+
+    def __init__(self) -> None:  # noqa: D107 - nothing to declare
+        self.kind = "none"
+
+    def set_leader(self, is_leader: bool, term: int | None) -> None: ...
+    def set_skew(self, seconds: float) -> None: ...
+    def observe_tick(self, report: Any, schedules: Any = None) -> None: ...
+    def job_started(self, schedule: str | None, owner: str | None) -> None: ...
+
+    def job_finished(self, schedule, owner, outcome, duration_seconds, attempt, final=None) -> None:
+        ...
+
+
+class DatabaseCollector(Collector):
+    """Queue and fleet figures read from the database on each scrape (a few index scans)."""
+
+    def __init__(self, engine: Any, cluster: str, *, audit: bool = True,
+                 live_within: float = 30.0) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self.audit = audit
+        self.live_within = live_within
+        self._lock = threading.Lock()
+        self._audit_at = -1e18
+        self._missing: dict[tuple[str, str], int] = {}
+        self._logged: set[tuple[str, str]] = set()
+
+    def describe(self) -> Iterable:
+        return []  # collected lazily: never query the database at registration
+
+    def collect(self) -> Iterable:
+        from cronkeeper.db import audit as dba
+
+        try:
+            with self.engine.connect() as conn:
+                now = dba.session_utc(conn)
+                families = self._families(conn, now)
+                conn.rollback()
+        except Exception as exc:  # noqa: BLE001 - a scrape must answer even without a database
+            log.warning("metrics: database figures unavailable: %s", type(exc).__name__,
+                        extra={"action": "metrics_db_unavailable"})
+            up = GaugeMetricFamily("cronkeeper_database_up", "1 when the last scrape could read "
+                                   "the database.")
+            up.add_metric([], 0)
+            return [up]
+        return families
+
+    def _families(self, conn: Any, now: datetime) -> list:
+        from cronkeeper.db import audit as dba
+
+        up = GaugeMetricFamily("cronkeeper_database_up", "1 when the last scrape could read the "
+                               "database.")
+        up.add_metric([], 1)
+        depth = GaugeMetricFamily("cronkeeper_outbox_jobs", "Jobs in the outbox by state.",
+                                  labels=["state"])
+        counts = dba.outbox_depth(conn)
+        for state in ("available", "running", "succeeded", "dead", "published"):
+            depth.add_metric([state], counts.get(state, 0))
+        oldest = GaugeMetricFamily(
+            "cronkeeper_outbox_oldest_available_age_seconds",
+            "Age of the oldest job ready to run (available, run_after <= now), per schedule.",
+            labels=["schedule", "owner"])
+        ready = GaugeMetricFamily("cronkeeper_outbox_ready_jobs", "Jobs ready to run now "
+                                  "(available, run_after <= now), per schedule.",
+                                  labels=["schedule", "owner"])
+        for schedule, owner, age, n in dba.outbox_oldest_available(conn):
+            oldest.add_metric([schedule, owner], max(age, 0.0))
+            ready.add_metric([schedule, owner], n)
+        retrying = GaugeMetricFamily("cronkeeper_outbox_retrying_jobs", "Available jobs that "
+                                     "already failed at least once.", labels=["schedule", "owner"])
+        for schedule, owner, n in dba.outbox_retrying(conn):
+            retrying.add_metric([schedule, owner], n)
+        dead = GaugeMetricFamily("cronkeeper_dead_letters", "Dead jobs waiting for an operator "
+                                 "(cronkeeper dlq), per schedule and owner.",
+                                 labels=["schedule", "owner"])
+        for schedule, owner, n in dba.outbox_dead(conn):
+            dead.add_metric([schedule, owner], n)
+        attempts = CounterMetricFamily("cronkeeper_attempts_started", "Job attempts started by "
+                                       "the whole fleet (the attempts table's highest id).")
+        attempts.add_metric([], dba.attempts_high_water(conn))
+        return [up, depth, oldest, ready, retrying, dead, attempts,
+                *self._fleet(conn), *self._schedules(conn, now)]
+
+    def _fleet(self, conn: Any) -> list:
+        from cronkeeper.db import audit as dba
+
+        live = dba.instances_live(conn, self.cluster, self.live_within)
+        instances = GaugeMetricFamily("cronkeeper_instances", "Live instances of the cluster "
+                                      "(recent heartbeat), by kind.", labels=["kind"])
+        digests = GaugeMetricFamily("cronkeeper_schedule_digests", "Distinct schedule-set digests "
+                                    "among live instances of a kind (above 1: they disagree).",
+                                    labels=["kind"])
+        tzdata = GaugeMetricFamily("cronkeeper_tzdata_versions", "Distinct IANA tzdata versions "
+                                   "among live instances (above 1: they disagree).")
+        for kind in ("scheduler", "worker"):
+            mine = [i for i in live if i["kind"] == kind]
+            instances.add_metric([kind], len(mine))
+            digests.add_metric([kind], len({i["schedules_digest"] for i in mine}))
+        tzdata.add_metric([], len({i["tzdata_version"] for i in live}))
+        return [instances, digests, tzdata]
+
+    def _schedules(self, conn: Any, now: datetime) -> list:
+        from cronkeeper.audit import versions_from_rows
+        from cronkeeper.db import audit as dba
+
+        try:
+            versions = versions_from_rows(dba.versions_all(conn))
+        except ValueError:
+            versions = {}
+        current = {n: v for n, v in versions.items() if v[-1].spec is not None}
+        last = dba.periods_latest(conn, list(current))
+        emitted = dba.periods_last_emitted(conn, list(current))
+        last_fire = GaugeMetricFamily("cronkeeper_schedule_last_fire_timestamp_seconds",
+                                      "Nominal instant of the schedule's latest emitted period.",
+                                      labels=["schedule", "owner"])
+        next_fire = GaugeMetricFamily(
+            "cronkeeper_schedule_next_fire_timestamp_seconds",
+            "Nominal instant of the schedule's next undecided period (in the past: overdue, no "
+            "leader is deciding).", labels=["schedule", "owner"])
+        from cronkeeper.audit import trigger_of
+
+        for name, vs in current.items():
+            spec, owner = vs[-1].spec, vs[-1].spec.owner or ""
+            if name in emitted:
+                last_fire.add_metric([name, owner], emitted[name].timestamp())
+            after = max(vs[-1].active_from, last[name][0]) if name in last else vs[-1].active_from
+            upcoming = trigger_of(spec).next_fire(after)
+            if upcoming is not None:
+                next_fire.add_metric([name, owner], upcoming.timestamp())
+        families = [last_fire, next_fire]
+        if self.audit:
+            families.append(self._missing_family(conn, versions, now))
+        return families
+
+    def _missing_family(self, conn: Any, versions: dict, now: datetime) -> GaugeMetricFamily:
+        from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
+        from cronkeeper.db import audit as dba
+
+        with self._lock:
+            if clock.monotonic() - self._audit_at >= AUDIT_EVERY:
+                since = now - AUDIT_WINDOW
+                missing: dict[tuple[str, str], int] = {}
+                for name, vs in versions.items():
+                    if not in_window(vs, since, now):
+                        continue
+                    records = records_from_rows(dba.periods_range(conn, name, since, now))
+                    rows, summary = audit_schedule(name, vs, records, since=since, until=now,
+                                                   now=now)
+                    missing[(name, summary.owner or "")] = summary.missing
+                    for row in rows:
+                        key = (name, row.scheduled_for)
+                        if row.status == Status.MISSING and key not in self._logged:
+                            self._logged.add(key)
+                            log.warning(
+                                "period missing: %s due at %s has no recorded outcome", name,
+                                row.scheduled_for,
+                                extra={"action": "period_missing", "schedule": name,
+                                       "scheduled_for": row.scheduled_for,
+                                       "owner": summary.owner},
+                            )
+                self._missing = missing
+                self._audit_at = clock.monotonic()
+                if len(self._logged) > 100_000:
+                    self._logged.clear()
+        family = GaugeMetricFamily("cronkeeper_periods_missing", "Periods of the last hour due "
+                                   "beyond grace with no recorded outcome (the history audit).",
+                                   labels=["schedule", "owner"])
+        found = dict(self._missing)
+        for name, vs in versions.items():  # schedules in force and not audited yet: 0
+            if vs[-1].spec is not None:
+                found.setdefault((name, vs[-1].spec.owner or ""), 0)
+        for (name, owner), n in sorted(found.items()):
+            family.add_metric([name, owner], n)
+        return family
+
+
+_current: Metrics | None = None
+
+
+def current() -> Metrics:
+    """The metrics this process serves (a no-op object when it serves none)."""
+    return _current if _current is not None else NullMetrics()
+
+
+def serve(
+    bind: tuple[str, int], kind: str, engine: Any = None, *, cluster: str = "default",
+    registry: CollectorRegistry | None = None,
+) -> Metrics:
+    """Start prometheus-client's HTTP server on ``bind`` (loopback unless told otherwise) and
+    return the metrics object. With an ``engine``, queue and fleet figures come from the
+    database on each scrape (the scheduler also audits the last hour for missing periods)."""
+    global _current
+    metrics = Metrics(registry, kind=kind)
+    if engine is not None:
+        metrics.registry.register(DatabaseCollector(engine, cluster, audit=kind == "scheduler"))
+    host, port = bind
+    server, _thread = start_http_server(port, addr=host or "127.0.0.1", registry=metrics.registry)
+    metrics.server = server  # type: ignore[attr-defined]
+    _current = metrics
+    log.info("metrics on http://%s:%d/metrics", host, server.server_port,
+             extra={"action": "metrics_serving"})
+    return metrics

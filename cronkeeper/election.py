@@ -204,14 +204,14 @@ class Node:
             on_tick=self._report,
         )
         scheduler.load_versions()
-        scheduler.tick()  # periods due under the versions in force, up to now
+        scheduler.tick_until_current()  # periods due under the versions in force, up to now
         scheduler.adopt(self.schedules)
         self.leading.set()
         next_prune = clock.monotonic()
         while not self.stopping.is_set():
             pending, self._pending = self._pending, None
             if pending is not None:
-                scheduler.tick()
+                scheduler.tick_until_current()
                 scheduler.adopt(pending)
                 self.schedules = pending
             report = scheduler.tick()

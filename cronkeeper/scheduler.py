@@ -6,12 +6,12 @@ One ``Scheduler`` lives for one term, on the lock session. Every write transacti
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import heapq
 import itertools
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,13 +21,13 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
-from cronkeeper.spec.model import Overlap, ScheduleSet, ScheduleSpec
+from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.timing import Trigger, make_trigger
 
 log = logging.getLogger("cronkeeper.scheduler")
 
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
-BATCH_ROWS = 10_000  # rows per claim statement
+BATCH_ROWS = 1_000  # rows per claim statement (statements are pipelined)
 
 
 @dataclass(slots=True)
@@ -68,6 +68,7 @@ class Scheduler:
         self.states: dict[str, ScheduleState] = {}
         self._heap: list[tuple[datetime, str]] = []
         self._horizon: datetime | None = None  # the last tick decided every period up to here
+        self.behind = False  # the last tick left due periods for the next one (a long outage)
 
     # -- fencing ---------------------------------------------------------------------------
     def confirm(self) -> datetime:
@@ -144,6 +145,14 @@ class Scheduler:
     def next_due(self) -> datetime | None:
         return self._heap[0][0] if self._heap else None
 
+    def tick_until_current(self) -> TickReport:
+        """Tick until every period due by the last tick's now is decided: what ``adopt`` needs,
+        so that no instant is left to neither the old version nor the new one."""
+        report = self.tick()
+        while self.behind:
+            report = self.tick()
+        return report
+
     def tick(self) -> TickReport:
         """Decide every period due by the database's now; write outcomes and jobs."""
         now = dbs.db_now(self.conn)
@@ -160,12 +169,23 @@ class Scheduler:
             )
             if periods:
                 due[name] = periods
+        # A schedule with more due periods than one tick takes is not caught up to ``now``.
+        self.behind = any(len(p) >= MAX_PERIODS_PER_SCHEDULE_TICK for p in due.values())
         report = TickReport(now=now)
         horizon = now
         with self.conn.transaction():
-            now = self.confirm() if not due else self._decide(due, report)
+            now, claims = (self.confirm(), []) if not due else self._decide(due)
         report.now = now
         self._horizon = horizon
+        for batch, claimed in claims:  # after the commit: a burst's jobs are visible sooner
+            report.lost += len(batch) - len(claimed)
+            sent = {(r.schedule, r.scheduled_for): r for r in batch}
+            for schedule, scheduled_for, outcome, job_id in claimed:
+                row = sent[(schedule, scheduled_for)]
+                decision = Decision(
+                    scheduled_for, Outcome(outcome), Reason(row.reason) if row.reason else None
+                )
+                report.decisions.append((schedule, decision, job_id))
         for name, periods in due.items():
             state = self.states[name]
             state.after = periods[-1]
@@ -176,29 +196,35 @@ class Scheduler:
             self.on_tick(report)
         return report
 
-    def _decide(self, due: dict[str, list[datetime]], report: TickReport) -> datetime:
+    def _decide(
+        self, due: dict[str, list[datetime]]
+    ) -> tuple[datetime, list[tuple[list[dbs.PeriodRow], list[tuple]]]]:
+        """Plan and claim inside the tick's transaction; return its now and, per batch, the
+        rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
         paused = dbs.controls_paused(self.conn)
         busy = dbs.outbox_unfinished(
             self.conn,
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )
-        rows: list[dbs.PeriodRow] = []
+        return now, dbs.periods_claim_pipelined(self.conn, self._batches(due, now, paused, busy),
+                                                self.term)
+
+    def _batches(
+        self, due: dict[str, list[datetime]], now: datetime, paused: set[str], busy: set[str]
+    ) -> Iterator[list[dbs.PeriodRow]]:
+        """The decisions as rows, planned lazily, ``BATCH_ROWS`` at a time."""
+        batch: list[dbs.PeriodRow] = []
         for name, periods in due.items():
             state = self.states[name]
             for decision in plan(state.spec, periods, now, paused=name in paused, busy=name in busy):
-                rows.append(period_row(state.spec, state.version_id, decision))
-        for batch in _chunks(rows, BATCH_ROWS):
-            claimed = dbs.periods_claim(self.conn, batch, self.term)
-            report.lost += len(batch) - len(claimed)
-            sent = {(r.schedule, r.scheduled_for): r for r in batch}
-            for schedule, scheduled_for, outcome, job_id in claimed:
-                row = sent[(schedule, scheduled_for)]
-                decision = Decision(
-                    scheduled_for, Outcome(outcome), Reason(row.reason) if row.reason else None
-                )
-                report.decisions.append((schedule, decision, job_id))
-        return now
+                batch.append(period_row(state.spec, state.version_id, decision))
+                if len(batch) >= BATCH_ROWS:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
 
 def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:
     """The row that records a decision; an emitted one carries its outbox job's columns."""
@@ -212,22 +238,25 @@ def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.P
     if decision.outcome is not Outcome.EMITTED:
         return row
     key = idempotency_key(spec.name, decision.scheduled_for)
-    return dataclasses.replace(
-        row,
+    return dbs.PeriodRow(  # built whole, not with dataclasses.replace: a burst makes thousands
+        schedule=row.schedule,
+        scheduled_for=row.scheduled_for,
+        version_id=version_id,
+        outcome=row.outcome,
+        reason=row.reason,
         key=key,
         task=spec.task_name,
         payload_json=spec.payload_json,
         max_attempts=spec.max_attempts,
         run_after=decision.scheduled_for + timedelta(seconds=period_jitter(key, spec.jitter)),
         timeout=spec.timeout,
-        backoff_json=json.dumps(
-            {"base": spec.backoff.base, "factor": spec.backoff.factor, "max": spec.backoff.max}
-        ),
+        backoff_json=_backoff_json(spec.backoff),
         serial=spec.overlap is Overlap.SERIAL,
         owner=spec.owner,
     )
 
 
-def _chunks(rows: list, size: int) -> Iterable[list]:
-    for i in range(0, len(rows), size):
-        yield rows[i : i + size]
+@functools.lru_cache(maxsize=256)
+def _backoff_json(backoff: Backoff) -> str:
+    return json.dumps({"base": backoff.base, "factor": backoff.factor, "max": backoff.max})
+

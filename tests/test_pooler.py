@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-
 from conftest import libpq_url
 
 

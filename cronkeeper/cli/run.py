@@ -21,13 +21,9 @@ log = logging.getLogger("cronkeeper.run")
 
 
 def load_schedules(path: str) -> ScheduleSet:
-    """Load and validate; on errors print every diagnostic and raise (exit 1)."""
-    try:
-        return load_valid([path], now=clock.wall())
-    except ScheduleError as exc:
-        for diag in exc.diagnostics:
-            click.echo(diag.render(), err=True)
-        raise
+    """Load and validate; on errors raise ScheduleError, whose message lists every problem
+    (the CLI prints it and exits 1)."""
+    return load_valid([path], now=clock.wall())
 
 
 def daemon_options(func):

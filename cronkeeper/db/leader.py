@@ -59,9 +59,15 @@ def lock_release(conn: psycopg.Connection, key: int) -> None:
 
 
 def session_idle_timeout_set(conn: psycopg.Connection, seconds: float) -> None:
-    """The server ends this session (and frees its lock) after ``seconds`` idle: a frozen
-    leader stops answering queries but its kernel still answers keepalives."""
-    conn.execute("SELECT set_config('idle_session_timeout', %s, false)", (f"{int(seconds * 1000)}",))
+    """The server ends this session (and frees its lock) after ``seconds`` idle, between
+    transactions or inside one: a frozen leader stops sending queries but its kernel still
+    answers keepalives. The healthy leader is never idle that long (it heartbeats every second)."""
+    ms = f"{int(seconds * 1000)}"
+    conn.execute(
+        "SELECT set_config('idle_session_timeout', %s, false),"
+        " set_config('idle_in_transaction_session_timeout', %s, false)",
+        (ms, ms),
+    )
 
 
 def leadership_claim(conn: psycopg.Connection, cluster: str, instance_id: str) -> tuple[int, datetime]:

@@ -104,6 +104,12 @@ class EveryTrigger(Trigger):
             yield list(range(first, stop, n))
             first = -(-stop // n) * n
 
+    def next_fire(self, after: datetime) -> datetime | None:
+        """Arithmetic, not a chunk: the leader calls this for every schedule after each burst."""
+        n = self.period
+        first = -(-(to_seconds(after, "after") + 1) // n) * n
+        return to_datetime(first) if first < LIMIT else None
+
     def _fires(self, start: int, end: int) -> Iterator[datetime]:
         n = self.period
         epoch = zones.EPOCH

@@ -18,6 +18,9 @@ import sqlalchemy as sa
 from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.migrate import migrate
 
+# handlers_for_tests provides the command_schedule fixture (and its handlers, for workers).
+pytest_plugins = ["handlers_for_tests"]
+
 DEFAULT_TEST_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 

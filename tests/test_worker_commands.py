@@ -6,7 +6,6 @@ import json
 
 from handlers_for_tests import spawn_worker, wait_until
 
-pytest_plugins = ["handlers_for_tests"]  # the command_schedule fixture
 
 
 def q(engine, sql, **params):

@@ -89,8 +89,8 @@ def worker_command(
     import_modules(list(imports))
     database = open_database(database_url, schema, application_name="cronkeeper-worker")
     if database.embedded:
-        log.warning("action=embedded_database: no --database-url; this worker uses the embedded "
-                    "PostgreSQL (single node)")
+        log.warning("embedded database: no --database-url; this worker uses the embedded "
+                    "PostgreSQL (single node)", extra={"action": "embedded_database"})
     config = WorkerConfig(
         worker_id=instance_id or default_worker_id(), cluster=cluster, schema=schema,
         concurrency=concurrency, batch_size=batch_size, tasks=list(tasks) or None,
@@ -128,4 +128,4 @@ def _serve_metrics(address: str, engine, cluster: str) -> None:
     except UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - metrics must not stop the worker
-        log.warning("action=metrics_unavailable error=%s", exc)
+        log.warning("metrics unavailable: error=%s", exc, extra={"action": "metrics_unavailable"})

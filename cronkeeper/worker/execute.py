@@ -51,7 +51,7 @@ def run_command(worker: Worker, held: Running) -> Ending | None:
     spec = cfg.specs.get(job.schedule) if job.schedule is not None else None
     decision = commands.decide(job.schedule, job.version_id, version, spec)
     if decision.verdict is commands.Verdict.REFUSE:
-        log.error("action=command_refused job=%d key=%s: %s", job.id, job.key, decision.reason)
+        log.error("command refused: job=%d key=%s: %s", job.id, job.key, decision.reason, extra={"action": "command_refused"})
         return Ending(Kind.PERMANENT, decision.reason)
     if decision.verdict is commands.Verdict.WAIT:
         if not held.settle():
@@ -62,7 +62,7 @@ def run_command(worker: Worker, held: Running) -> Ending | None:
                                 delay=cfg.defer_delay, reason=decision.reason)
         except DatabaseError:
             pass  # the lease will expire and the job comes back
-        log.warning("action=command_waiting job=%d key=%s: %s", job.id, job.key, decision.reason)
+        log.warning("command waiting: job=%d key=%s: %s", job.id, job.key, decision.reason, extra={"action": "command_waiting"})
         worker._forget(held)
         return None
     assert decision.spec is not None and decision.spec.command is not None

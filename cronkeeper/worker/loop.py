@@ -60,7 +60,7 @@ class Worker:
         if self.drain_deadline is None or limit < self.drain_deadline:
             self.drain_deadline = limit
         if not self._stopping.is_set():
-            log.info("action=drain_started worker=%s running=%d", self.config.worker_id, len(self.running))
+            log.info("drain started: worker=%s running=%d", self.config.worker_id, len(self.running), extra={"action": "drain_started"})
         self._stopping.set()
         self._wake.set()
 
@@ -74,7 +74,7 @@ class Worker:
         self._runners.start()
         recorder.start()
         supervisor.start()
-        log.info("action=worker_started worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency)
+        log.info("worker started: worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency, extra={"action": "worker_started"})
         backoff = Backoff()
         next_reap = 0.0
         while not self._stopping.is_set():
@@ -93,7 +93,7 @@ class Worker:
         self.recorder_done.wait(max(5.0, cfg.drain_timeout))
         self.db.close_kept()
         self._runners.stop()
-        log.info("action=worker_stopped worker=%s stats=%s", cfg.worker_id, self.stats)
+        log.info("worker stopped: worker=%s stats=%s", cfg.worker_id, self.stats, extra={"action": "worker_stopped"})
         return self.exit_code
 
     def _await_room(self, full: bool) -> None:
@@ -136,7 +136,7 @@ class Worker:
         with self.db.statement("reaping expired leases") as conn:
             n = db.outbox_reap_expired(conn)
         if n:
-            log.warning("action=leases_expired jobs=%d", n)
+            log.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
 
     def _free(self) -> int:
         backlog = self.endings.qsize()
@@ -249,8 +249,8 @@ class Worker:
             if not done:
                 ctx.finish(commit=False)
                 self.stats["lost"] += 1
-                log.warning("action=lease_lost job=%d key=%s attempt=%d: handler's transaction "
-                            "rolled back", job.id, job.key, job.attempt)
+                log.warning("lease lost: job=%d key=%s attempt=%d: handler's transaction "
+                            "rolled back", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
                 return Ending(Kind.SUCCEEDED)
             ctx.finish(commit=True)
             self.stats["succeeded"] += 1
@@ -290,7 +290,7 @@ class Worker:
                                            attempts=[j.attempt for j in held], margin=cfg.lease_margin))
                 for job in held:
                     if job.id not in kept and job.id in self.running:
-                        log.warning("action=lease_lost job=%d key=%s attempt=%d", job.id, job.key, job.attempt)
+                        log.warning("lease lost: job=%d key=%s attempt=%d", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
             db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id)
 
     def _time_out_tasks(self, now: float) -> None:
@@ -303,15 +303,15 @@ class Worker:
             if held.thread is not None:
                 self.abandoned.append(held.thread)
             self._runners.replace()
-            log.error("action=task_timed_out job=%d key=%s attempt=%d timeout=%.1fs: handler "
+            log.error("task timed out: job=%d key=%s attempt=%d timeout=%.1fs: handler "
                       "thread abandoned, attempt recorded as timeout", held.job.id, held.job.key,
-                      held.job.attempt, held.job.timeout)
+                      held.job.attempt, held.job.timeout, extra={"action": "task_timed_out"})
             self._forget(held)
             self.endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
         self.abandoned = [t for t in self.abandoned if t.is_alive()]
         if len(self.abandoned) >= self.config.concurrency and not self._stopping.is_set():
-            log.error("action=too_many_abandoned_handlers count=%d: stopping so the service "
-                      "manager restarts the worker", len(self.abandoned))
+            log.error("too many abandoned handlers: count=%d: stopping so the service "
+                      "manager restarts the worker", len(self.abandoned), extra={"action": "too_many_abandoned_handlers"})
             self.exit_code = 75
             self.stop()
 
@@ -332,8 +332,8 @@ class Worker:
                 from cronkeeper.worker.commands import kill_group
 
                 kill_group(held.proc, 0.0)
-            log.warning("action=job_released job=%d key=%s attempt=%d", held.job.id, held.job.key,
-                        held.job.attempt)
+            log.warning("job released: job=%d key=%s attempt=%d", held.job.id, held.job.key,
+                        held.job.attempt, extra={"action": "job_released"})
             self._forget(held)
             self.endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
                                             "the job finished (drain timeout)")))

@@ -49,7 +49,7 @@ def record_loop(worker: Worker) -> None:
             except DatabaseError:
                 deadline = worker.drain_deadline
                 if closing and deadline is not None and clock.monotonic() > deadline + 10:
-                    log.error("action=endings_unrecorded jobs=%d: leases will expire", len(pending))
+                    log.error("endings unrecorded: jobs=%d: leases will expire", len(pending), extra={"action": "endings_unrecorded"})
                     break
                 clock.sleep(backoff.next())
                 continue
@@ -93,12 +93,12 @@ def record(worker: Worker, pending: list[tuple[Running, Ending]]) -> None:
         lost += len(failures) - len(failed)
     if lost:
         worker.stats["lost"] += lost
-        log.warning("action=lease_lost jobs=%d: their endings were not recorded (another "
-                    "worker took them after the lease expired)", lost)
+        log.warning("lease lost: jobs=%d: their endings were not recorded (another "
+                    "worker took them after the lease expired)", lost, extra={"action": "lease_lost"})
     _observe(pending_before, failures)
     for f in failures:
-        log.info("action=job_failed job=%d attempt=%d next=%s outcome=%s error=%s",
-                 f.id, f.attempt, f.state, f.outcome, f.error[:200])
+        log.info("job failed: job=%d attempt=%d next=%s outcome=%s error=%s",
+                 f.id, f.attempt, f.state, f.outcome, f.error[:200], extra={"action": "job_failed"})
 
 
 def _observe(pending: list[tuple[Running, Ending]], failures: list[db.Failure]) -> None:

@@ -141,7 +141,7 @@ class Database:
             if first:
                 self._down_since = clock.monotonic()
         if first:
-            log.warning("action=database_unavailable while=%s error=%s", action, describe(exc))
+            log.warning("database unavailable: while=%s error=%s", action, describe(exc), extra={"action": "database_unavailable"})
 
     def up(self) -> None:
         if self._down_since is None:
@@ -149,7 +149,7 @@ class Database:
         with self._lock:
             since, self._down_since = self._down_since, None
         if since is not None:
-            log.warning("action=database_reconnected after=%.1fs", clock.monotonic() - since)
+            log.warning("database reconnected: after=%.1fs", clock.monotonic() - since, extra={"action": "database_reconnected"})
 
     @property
     def is_down(self) -> bool:

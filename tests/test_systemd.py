@@ -91,3 +91,29 @@ def test_daemon_reports_ready_then_stopping(tmp_path, database_url, schema, clus
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_daemon_pings_the_watchdog_while_it_makes_progress(tmp_path, database_url, schema, cluster):
+    sched = tmp_path / "schedules"
+    sched.mkdir()
+    (sched / "a.toml").write_text(
+        '[ping]\nevery = "60s"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.ping"\nowner = "ops"\n'
+    )
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        sock.settimeout(30)
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("cronkeeper")), "run", "--database-url", database_url,
+             "--schema", schema, "--cluster", cluster, "--schedules", str(sched),
+             "--metrics-address", "off"],
+            env={**os.environ, "NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        try:
+            messages = [sock.recv(200) for _ in range(4)]
+            assert messages[0].startswith(b"READY=1") or b"READY=1" in messages
+            assert messages.count(b"WATCHDOG=1") >= 2
+        finally:
+            proc.kill()
+            proc.wait()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -283,14 +282,12 @@ def test_dst_anomalies_only_for_fixed_time_cron() -> None:
     assert dst_anomalies(make_trigger(cron="0 12 * * *", every=None, timezone=NY), *span) == []
 
 
-# --- speed (SPEC: design for the benchmarks) ------------------------------------------------------
+# --- a full year (its speed is measured by benchmarks/history_year.py, never asserted here) -------
 
 
-def test_minutely_year_in_new_york_is_fast_and_complete() -> None:
+def test_minutely_year_in_new_york_is_complete() -> None:
     t = make_trigger(cron="* * * * *", every=None, timezone=NY)
-    begin = time.perf_counter()
     got = list(t.fires(z("2026-01-01T00:00Z"), z("2027-01-01T00:00Z")))
-    elapsed = time.perf_counter() - begin
     assert len(got) == 525_600  # every UTC minute: elapsed-time loses and repeats nothing in UTC
     assert got[0] == z("2026-01-01T00:01Z") and got[-1] == z("2027-01-01T00:00Z")
-    assert elapsed < 3.0, elapsed  # target 1.5 s; loose here to stay stable on busy CI
+    assert len(set(got)) == len(got)

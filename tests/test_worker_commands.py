@@ -7,7 +7,6 @@ import json
 from handlers_for_tests import spawn_worker, wait_until
 
 
-
 def q(engine, sql, **params):
     with engine.connect() as conn:
         return conn.exec_driver_sql(sql, params).all()

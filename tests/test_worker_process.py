@@ -12,7 +12,6 @@ from handlers_for_tests import spawn_worker, wait_until
 
 import cronkeeper
 
-
 FAST = {"base": 0.2, "factor": 2, "max": 5}
 
 

@@ -35,6 +35,7 @@ import os
 import socket
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from cronkeeper import __version__, clock
@@ -116,17 +117,27 @@ class Node:
         self._lock_pid: int | None = None
         self.last_progress = clock.monotonic()
         self.skew_seconds: float | None = None
+        self.finished = threading.Event()  # the node thread has ended (housekeeping stops then)
 
     # -- control from other threads -------------------------------------------------------------
     def request_stop(self) -> None:
         self.stopping.set()
         self._wake.set()
-        conn = self._conn
-        if conn is not None and self._waiting_for_lock:
-            with contextlib.suppress(Exception):  # the loop notices stopping either way
-                conn.cancel_safe(timeout=2.0)
+        # The wait on the lock may start just after this: keep cancelling while it waits.
+        threading.Thread(target=self._cancel_lock_wait, name="cancel-wait", daemon=True).start()
+
+    def _cancel_lock_wait(self) -> None:
+        deadline = clock.monotonic() + 10.0
+        while not self.finished.is_set() and clock.monotonic() < deadline:
+            conn = self._conn
+            if conn is not None and self._waiting_for_lock:
+                with contextlib.suppress(Exception):  # the loop notices stopping either way
+                    conn.cancel_safe(timeout=2.0)
+            self.finished.wait(0.1)
 
     def reload(self, schedules: ScheduleSet) -> None:
+        if self.role is not Role.LEADER:
+            self.schedules = schedules  # a standby reports the digest of what it would run
         self._pending = schedules
         self._wake.set()
 
@@ -159,10 +170,21 @@ class Node:
                     )
                     self.stopping.wait(delay)
                     delay = min(delay * 2, 5.0)
+                except Exception as exc:  # a bug or unreadable data: step down, say so, retry
+                    self._set_role(Role.CONNECTING)
+                    log.error(
+                        "unexpected %s: %s; stepping down, retrying in %.1fs",
+                        type(exc).__name__, exc, delay,
+                        extra={"action": "internal_error", "term": self.term},
+                    )
+                    log.debug("traceback", exc_info=True, extra={"action": "internal_error"})
+                    self.stopping.wait(delay)
+                    delay = min(delay * 2, 5.0)
                 finally:
                     self._close()
         finally:
             self._set_role(Role.STOPPED)
+            self.finished.set()
             self._forget_instance()
 
     def _one_session(self) -> None:
@@ -192,6 +214,7 @@ class Node:
             dbl.lock_release(conn, self.lock_key)
             return
         self.term, since = dbl.leadership_claim(conn, self.cluster, self.instance_id)
+        self.last_progress = clock.monotonic()
         dbl.session_idle_timeout_set(conn, self.options.leader_timeout)
         self._set_role(Role.LEADER)
         log.info("leadership won", extra={"action": "leader_won", "term": self.term,
@@ -201,7 +224,8 @@ class Node:
     def _lead(self, conn: RawConnection) -> None:
         scheduler = Scheduler(
             conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
-            on_tick=self._report,
+            on_tick=self._report, should_stop=self.stopping.is_set,
+            resume_floor=timedelta(days=self.options.retention_periods_days),
         )
         scheduler.load_versions()
         scheduler.tick_until_current()  # periods due under the versions in force, up to now
@@ -246,6 +270,7 @@ class Node:
             log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
 
     def _report(self, report: TickReport) -> None:
+        self.last_progress = clock.monotonic()  # each committed tick is progress
         for schedule, decision, job_id in report.decisions:
             if decision.reason is None:
                 log.info(
@@ -284,7 +309,7 @@ class Node:
     # -- housekeeping thread ------------------------------------------------------------------------
     def _housekeeping(self) -> None:
         next_beat = 0.0
-        while not self.stopping.wait(self.options.housekeeping_interval):
+        while not self.finished.wait(self.options.housekeeping_interval):
             try:
                 now = clock.monotonic()
                 if now >= next_beat:

@@ -19,7 +19,7 @@ from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leader as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
-from cronkeeper.errors import LeadershipLost
+from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
 from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.timing import Trigger, make_trigger
@@ -27,6 +27,7 @@ from cronkeeper.timing import Trigger, make_trigger
 log = logging.getLogger("cronkeeper.scheduler")
 
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
+MAX_PERIODS_PER_TICK = 20_000  # keeps one tick's transaction well under the leader timeout
 BATCH_ROWS = 1_000  # rows per claim statement (statements are pipelined)
 
 
@@ -59,12 +60,17 @@ class Scheduler:
         term: int,
         lock_key: int,
         on_tick: Callable[[TickReport], None] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        resume_floor: timedelta = timedelta(days=400),
     ) -> None:
         self.conn = conn
         self.cluster = cluster
         self.term = term
         self.lock_key = lock_key
         self.on_tick = on_tick
+        self.should_stop = should_stop
+        self.resume_floor = resume_floor  # periods older than retention are never re-planned
+        self.skipped_versions: dict[str, str] = {}  # schedule -> why its stored version is unusable
         self.states: dict[str, ScheduleState] = {}
         self._heap: list[tuple[datetime, str]] = []
         self._horizon: datetime | None = None  # the last tick decided every period up to here
@@ -82,14 +88,22 @@ class Scheduler:
     def load_versions(self) -> None:
         """Plan with the versions in force in the database (those the previous leader used)."""
         with self.conn.transaction():
-            self.confirm()
+            now = self.confirm()
             versions = [v for v in dbs.versions_in_force(self.conn) if v.spec is not None]
             last = dbs.periods_last(self.conn, [v.schedule for v in versions])
         self.states = {}
+        self.skipped_versions = {}
+        floor = now - self.resume_floor
         for v in versions:
-            spec = ScheduleSpec.from_json(v.spec)
-            after = max(last.get(v.schedule, v.active_from), v.active_from)
-            self.states[v.schedule] = ScheduleState(spec, v.id, trigger_for(spec), after)
+            try:
+                spec, trigger = stored_spec(v)
+            except CronkeeperError as exc:  # one unreadable row must not stop the others
+                self.skipped_versions[v.schedule] = str(exc)
+                log.error("%s; it is not planned until a leader records a readable version",
+                          exc, extra={"action": "version_unreadable", "schedule": v.schedule})
+                continue
+            after = max(last.get(v.schedule, v.active_from), v.active_from, floor)
+            self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after)
         self._rebuild_heap()
 
     def adopt(self, schedules: ScheduleSet) -> dict[str, str]:
@@ -149,7 +163,7 @@ class Scheduler:
         """Tick until every period due by the last tick's now is decided: what ``adopt`` needs,
         so that no instant is left to neither the old version nor the new one."""
         report = self.tick()
-        while self.behind:
+        while self.behind and not self.should_stop():
             report = self.tick()
         return report
 
@@ -157,20 +171,23 @@ class Scheduler:
         """Decide every period due by the database's now; write outcomes and jobs."""
         now = dbs.db_now(self.conn)
         due: dict[str, list[datetime]] = {}
+        budget = MAX_PERIODS_PER_TICK
+        self.behind = False
         while self._heap and self._heap[0][0] <= now:
+            if budget <= 0:  # the rest stay in the heap for the next tick
+                self.behind = True
+                break
             _, name = heapq.heappop(self._heap)
             state = self.states.get(name)
             if state is None:
                 continue
-            periods = list(
-                itertools.islice(
-                    state.trigger.fires(state.after, now), MAX_PERIODS_PER_SCHEDULE_TICK
-                )
-            )
+            take = min(MAX_PERIODS_PER_SCHEDULE_TICK, budget)
+            periods = list(itertools.islice(state.trigger.fires(state.after, now), take))
             if periods:
                 due[name] = periods
-        # A schedule with more due periods than one tick takes is not caught up to ``now``.
-        self.behind = any(len(p) >= MAX_PERIODS_PER_SCHEDULE_TICK for p in due.values())
+                budget -= len(periods)
+                # more due periods than one tick takes: not caught up to ``now``
+                self.behind = self.behind or len(periods) >= take
         report = TickReport(now=now)
         horizon = now
         with self.conn.transaction():
@@ -224,6 +241,21 @@ class Scheduler:
                     batch = []
         if batch:
             yield batch
+
+
+def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
+    """The spec and trigger of a stored schedule version, or a CronkeeperError saying which row
+    cannot be read (a row written by another cronkeeper, another tzdata, or by hand)."""
+    try:
+        if not isinstance(version.spec, dict):
+            raise ValueError(f"spec is {type(version.spec).__name__}, not an object")
+        spec = ScheduleSpec.from_json(version.spec)
+        return spec, trigger_for(spec)
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise CronkeeperError(
+            f"schedule {version.schedule!r}: stored version {version.id} cannot be read ({detail})"
+        ) from None
 
 
 def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:

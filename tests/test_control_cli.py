@@ -94,4 +94,4 @@ def test_backfill_rejects_a_naive_instant(database_url, schema, raw):
     record_version(raw, SPEC, timedelta(hours=1))
     result = invoke(database_url, schema, "backfill", "report", "--from", "2026-01-01T00:00", "--to", "2026-01-02T00:00Z")
     assert result.exit_code == 2
-    assert "offset or Z" in result.output
+    assert "has no offset" in result.output

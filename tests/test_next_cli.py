@@ -87,8 +87,8 @@ def test_unknown_name_suggests(schedules: pathlib.Path) -> None:
     ("after", "message"),
     [
         ("2026-10-31T00:00", "has no offset"),
-        ("garbage", "is not an ISO 8601 time"),
-        ("2026-13-01T00:00Z", "is not an ISO 8601 time"),
+        ("garbage", "is not an ISO 8601 instant"),
+        ("2026-13-01T00:00Z", "is not an ISO 8601 instant"),
     ],
 )
 def test_bad_after_is_a_usage_error(schedules: pathlib.Path, after: str, message: str) -> None:

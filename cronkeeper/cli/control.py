@@ -19,8 +19,8 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.planning import Decision, Outcome, Reason
-from cronkeeper.scheduler import period_row, trigger_for
-from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.scheduler import period_row, stored_spec
+from cronkeeper.timing import TimingError, parse_instant
 
 BACKFILL_LIMIT = 100_000
 OPERATOR_TERM = 0  # periods written by operator commands carry term 0
@@ -50,12 +50,9 @@ def _live_version(raw, name: str) -> dbs.VersionRow:
 
 def _parse_instant(value: str, option: str) -> datetime:
     try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{option} {value!r}: expected an ISO 8601 instant such as 2026-03-08T07:00:00Z") from None
-    if parsed.tzinfo is None:
-        raise UsageError(f"{option} {value!r}: give an offset or Z (a local time is ambiguous)")
-    return parsed
+        return parse_instant(value)
+    except TimingError as exc:
+        raise UsageError(f"{option}: {exc}") from None
 
 
 def _set_paused(database_url, schema, name: str, paused: bool) -> None:
@@ -93,7 +90,7 @@ def trigger_command(database_url, schema, cluster, name) -> None:
     with translate_errors("writing the job"), db.engine.begin() as conn:
         raw = conn.connection.driver_connection
         version = _live_version(raw, name)
-        spec = ScheduleSpec.from_json(version.spec)
+        spec, _ = stored_spec(version)
         now = dbs.db_now(raw)
         row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
         key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
@@ -127,12 +124,12 @@ def backfill_command(database_url, schema, cluster, name, start, end, dry_run, f
         for version, following in itertools.zip_longest(versions, versions[1:]):
             if version.spec is None:
                 continue
-            spec = ScheduleSpec.from_json(version.spec)
+            spec, trigger = stored_spec(version)
             lo = max(after, version.active_from)
             hi = min(until, following.active_from) if following else until
             if hi <= lo:
                 continue
-            for period in trigger_for(spec).fires(lo, hi):
+            for period in trigger.fires(lo, hi):
                 if period not in decided:
                     rows.append(period_row(spec, version.id, Decision(period, Outcome.EMITTED, Reason.BACKFILL)))
                 if len(rows) > BACKFILL_LIMIT:

@@ -18,22 +18,9 @@ from cronkeeper import clock
 from cronkeeper.cli.common import format_option, safe
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.spec import ScheduleSpec, load_paths
-from cronkeeper.timing import load_zone, make_trigger
+from cronkeeper.timing import load_zone, make_trigger, parse_instant
 
 _END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
-
-
-def parse_instant(text: str) -> datetime:
-    """An ISO 8601 instant with an offset or ``Z``; ValueError with the reason otherwise."""
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"{safe(text)!r} is not an ISO 8601 time; write e.g. 2026-11-01T00:00:00Z"
-        ) from None
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"{safe(text)!r} has no offset; add Z or an offset such as -04:00")
-    return when
 
 
 def _after_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:

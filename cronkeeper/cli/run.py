@@ -13,7 +13,7 @@ from cronkeeper.cli.common import database_options
 from cronkeeper.cli.connect import open_database
 from cronkeeper.db.engine import redact
 from cronkeeper.election import Node, NodeOptions, Role, default_instance_id
-from cronkeeper.errors import ScheduleError, UsageError
+from cronkeeper.errors import CronkeeperError, ScheduleError, UsageError
 from cronkeeper.spec import load_valid
 from cronkeeper.spec.model import ScheduleSet
 
@@ -124,6 +124,8 @@ def run_command(
     db.engine.dispose()
     if node.fatal is not None:
         raise node.fatal
+    if not node.stopping.is_set():  # the node ended on its own: never report success
+        raise CronkeeperError("the scheduler stopped unexpectedly; see the log above")
     log.info("stopped", extra={"action": "stop", "instance": instance_id})
 
 

@@ -43,6 +43,12 @@ def check_schema_name(schema: str) -> str:
 def normalize_url(url: str) -> URL:
     """Accept postgresql://, postgres:// and postgresql+psycopg://; always drive with psycopg 3."""
     raw = url.strip()
+    netloc = raw.split("://", 1)[-1].split("/", 1)[0]
+    if netloc.count("@") > 1:
+        raise UsageError(
+            "the database URL has more than one '@' before the host: percent-encode an '@' in "
+            "the user name or password as %40"
+        )
     if raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://") :]
     try:
@@ -58,9 +64,9 @@ def normalize_url(url: str) -> URL:
 
 def redact(url: str | URL) -> str:
     """The URL with its password hidden: safe for logs, errors and status."""
-    if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
+    text = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", text)
+    return re.sub(r"((?:^|[?&])(?:ssl)?password=)[^&]*", r"\1***", text, flags=re.I)
 
 
 def conninfo(url: URL, *, options: str = "") -> str:

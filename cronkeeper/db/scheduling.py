@@ -85,12 +85,15 @@ def versions_insert(
 
 
 def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:
-    """The latest decided period of each schedule (one index probe per schedule)."""
+    """The latest period each schedule's leaders decided (one index probe per schedule).
+
+    Operator backfills (term 0) do not count: a backfill of a later window must not make a new
+    leader skip the undecided periods before it; those lose their insert to the backfill."""
     if not schedules:
         return {}
     rows = conn.execute(
         """
-        SELECT s, (SELECT max(scheduled_for) FROM periods p WHERE p.schedule = s)
+        SELECT s, (SELECT max(scheduled_for) FROM periods p WHERE p.schedule = s AND p.term > 0)
         FROM unnest(%s::text[]) AS s
         """,
         (list(schedules),),

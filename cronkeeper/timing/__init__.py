@@ -7,6 +7,7 @@ from cronkeeper.timing.cron import CronExpr, parse_cron
 from cronkeeper.timing.dst import AnomalyKind, DstAnomaly, dst_anomalies
 from cronkeeper.timing.durations import parse_duration
 from cronkeeper.timing.errors import TimingError
+from cronkeeper.timing.instants import parse_instant
 from cronkeeper.timing.triggers import CronTrigger, EveryTrigger, Trigger, make_trigger
 from cronkeeper.timing.zones import deprecated_zone_alias, load_zone, tzdata_version
 
@@ -24,5 +25,6 @@ __all__ = [
     "make_trigger",
     "parse_cron",
     "parse_duration",
+    "parse_instant",
     "tzdata_version",
 ]

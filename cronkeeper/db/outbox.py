@@ -78,14 +78,8 @@ _FILTERS = """
       AND NOT (task = ANY(%(exclude)s::text[]))
 """
 
-_CLAIM = f"""
-WITH picked AS (
-    SELECT id FROM outbox
-    WHERE state = 'available' AND run_after <= now() AND NOT serial {_FILTERS}
-    ORDER BY run_after, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), claimed AS (
+# The lease and the attempt row, for the jobs a ``picked`` CTE selected (both claims share it).
+_LEASE_PICKED = f"""), claimed AS (
     UPDATE outbox o
     SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
         lease_expires_at = now() + make_interval(secs => o.timeout_seconds + %(margin)s)
@@ -95,7 +89,16 @@ WITH picked AS (
     INSERT INTO attempts (job_id, attempt, worker_id, started_at)
     SELECT id, attempts, %(worker)s, now() FROM claimed
 )
-SELECT * FROM claimed o ORDER BY o.id
+"""
+
+_CLAIM = f"""
+WITH picked AS (
+    SELECT id FROM outbox
+    WHERE state = 'available' AND run_after <= now() AND NOT serial {_FILTERS}
+    ORDER BY run_after, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+{_LEASE_PICKED}SELECT * FROM claimed o ORDER BY o.id
 """
 
 

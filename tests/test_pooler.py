@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import libpq_url
+from daemon_harness import shared_postgres
 
 
 def _free_port() -> int:
@@ -24,10 +24,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def pgbouncer(database_url):
+def private_pg():
+    """The private server on a TCP port of 127.0.0.1 (pgbouncer runs as another OS user and
+    cannot reach an embedded server's socket directory)."""
+    return shared_postgres()
+
+
+@pytest.fixture
+def pgbouncer(private_pg):
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     assert os.path.exists(binary), "pgbouncer is needed (Debian package pgbouncer)"
-    target = psycopg.conninfo.conninfo_to_dict(libpq_url(database_url))
+    target = psycopg.conninfo.conninfo_to_dict(private_pg.url)
     port = _free_port()
     workdir = Path(tempfile.mkdtemp(prefix="ck-pgbouncer-"))
     workdir.chmod(0o777)  # pgbouncer refuses root: it runs as the postgres user and writes here
@@ -67,7 +74,8 @@ def pgbouncer(database_url):
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def test_run_refuses_a_transaction_pooling_proxy(pgbouncer, schema, cluster, tmp_path):
+def test_run_refuses_a_transaction_pooling_proxy(pgbouncer, private_pg, cluster, tmp_path):
+    schema = private_pg.new_schema()
     schedules = tmp_path / "schedules"
     schedules.mkdir()
     (schedules / "a.toml").write_text(

@@ -49,7 +49,11 @@ def database_url(tmp_path_factory) -> str:
         return url
     if not configured:
         try:
-            import pgserver
+            import warnings
+
+            with warnings.catch_warnings():  # platformdirs: XDG_RUNTIME_DIR is not set
+                warnings.simplefilter("ignore")
+                import pgserver
 
             server = pgserver.get_server(tmp_path_factory.mktemp("pg") / "data", cleanup_mode="delete")
             url = server.get_uri()

@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from cronkeeper.spec.model import ScheduleSpec
-from cronkeeper.timing import Trigger, make_trigger
+from cronkeeper.timing import Trigger
 
 DEFAULT_RETENTION_DAYS = 400.0
 _TINY = timedelta(microseconds=1)
@@ -150,7 +150,7 @@ def spans(
             continue
         trigger = cache.get(version.version_id)
         if trigger is None:
-            trigger = cache[version.version_id] = trigger_of(version.spec)
+            trigger = cache[version.version_id] = version.spec.trigger()
         yield version.spec, trigger, after, upto
 
 
@@ -181,10 +181,6 @@ def fire_seconds(trigger: Trigger, after: datetime, upto: datetime) -> Iterator[
             yield from chunk[: bisect_right(chunk, end)]
             return
         yield from chunk
-
-
-def trigger_of(spec: ScheduleSpec) -> Trigger:
-    return make_trigger(cron=spec.cron, every=spec.every, timezone=spec.timezone)
 
 
 def audit_schedule(
@@ -325,7 +321,7 @@ def in_window(versions: Sequence[Version], since: datetime, until: datetime) -> 
 
 def period_seconds(spec: ScheduleSpec, around: datetime, trigger: Trigger | None = None) -> float | None:
     """The length of the schedule's period around an instant (next fire - the one before)."""
-    trig = trigger or trigger_of(spec)
+    trig = trigger or spec.trigger()
     first = trig.next_fire(around)
     if first is None:
         return None
@@ -346,7 +342,7 @@ def versions_from_rows(rows: Iterable[tuple]) -> dict[str, list[Version]]:
         if spec_json is not None:
             try:
                 spec = ScheduleSpec.from_json(spec_json)
-                trigger_of(spec)
+                spec.trigger()
             except Exception as exc:  # noqa: BLE001 - any malformed row gets one clear message
                 raise BadVersion(
                     f"schedule {schedule!r}: stored version {version_id} cannot be read "

@@ -246,14 +246,13 @@ class DatabaseCollector(Collector):
             "cronkeeper_schedule_next_fire_timestamp_seconds",
             "Nominal instant of the schedule's next undecided period (in the past: overdue, no "
             "leader is deciding).", labels=["schedule", "owner"])
-        from cronkeeper.audit import trigger_of
 
         for name, vs in current.items():
             spec, owner = vs[-1].spec, vs[-1].spec.owner or ""
             if name in emitted:
                 last_fire.add_metric([name, owner], emitted[name].timestamp())
             after = max(vs[-1].active_from, last[name][0]) if name in last else vs[-1].active_from
-            upcoming = trigger_of(spec).next_fire(after)
+            upcoming = spec.trigger().next_fire(after)
             if upcoming is not None:
                 next_fire.add_metric([name, owner], upcoming.timestamp())
         families = [last_fire, next_fire]

@@ -22,7 +22,7 @@ from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
 from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec
-from cronkeeper.timing import Trigger, make_trigger
+from cronkeeper.timing import Trigger
 
 log = logging.getLogger("cronkeeper.scheduler")
 
@@ -45,10 +45,6 @@ class TickReport:
     now: datetime
     decisions: list[tuple[str, Decision, int | None]] = field(default_factory=list)
     lost: int = 0  # periods another leader had already decided
-
-
-def trigger_for(spec: ScheduleSpec) -> Trigger:
-    return make_trigger(cron=spec.cron, every=spec.every, timezone=spec.timezone)
 
 
 class Scheduler:
@@ -136,7 +132,7 @@ class Scheduler:
                 if version_id is None:  # another leader recorded the same instant: reload to agree
                     raise LeadershipLost("a concurrent leader recorded schedule versions")
                 self.states[name] = ScheduleState(wanted[name], version_id,
-                                                  trigger_for(wanted[name]), at)
+                                                  wanted[name].trigger(), at)
             else:
                 del self.states[name]
             log.info(
@@ -250,7 +246,7 @@ def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
         if not isinstance(version.spec, dict):
             raise ValueError(f"spec is {type(version.spec).__name__}, not an object")
         spec = ScheduleSpec.from_json(version.spec)
-        return spec, trigger_for(spec)
+        return spec, spec.trigger()
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
         detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
         raise CronkeeperError(

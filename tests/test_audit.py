@@ -17,7 +17,6 @@ from cronkeeper.audit import (
     iso_unix,
     parse_since,
     records_from_rows,
-    trigger_of,
 )
 from cronkeeper.spec.model import Misfire, ScheduleSpec
 
@@ -125,7 +124,7 @@ def test_retention_horizon_cuts_the_window_and_says_so():
 def test_fire_seconds_agrees_with_fires():
     for s in (spec(every=90), ScheduleSpec(name="c", cron="*/7 1-3 * * *", timezone="America/New_York",
                                             misfire=Misfire.SKIP, task="t")):
-        trig = trigger_of(s)
+        trig = s.trigger()
         a, b = datetime(2026, 3, 7, tzinfo=UTC), datetime(2026, 3, 10, 12, tzinfo=UTC)
         assert list(fire_seconds(trig, a, b)) == [int(t.timestamp()) for t in trig.fires(a, b)]
 

@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
 from cronkeeper.db import scheduling as dbs
-from cronkeeper.scheduler import trigger_for
 from cronkeeper.spec.model import Misfire, ScheduleSpec
 
 
@@ -65,7 +64,7 @@ def test_trigger_writes_one_manual_job_each_time(database_url, schema, raw):
 
 def test_backfill_emits_only_periods_without_an_outcome_and_never_twice(database_url, schema, raw):
     version_id, now = record_version(raw, SPEC, timedelta(hours=1, minutes=1))
-    periods = list(trigger_for(SPEC).fires(now - timedelta(hours=1, minutes=1), now))
+    periods = list(SPEC.trigger().fires(now - timedelta(hours=1, minutes=1), now))
     assert len(periods) == 6
     # one period already has an outcome (skipped by misfire): backfill must leave it alone
     raw.execute(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -64,9 +65,9 @@ def test_notify_without_systemd_is_a_no_op(monkeypatch):
     assert systemd.notify("READY=1") is False
 
 
-def test_daemon_reports_ready_then_stopping(tmp_path, database_url, schema, cluster):
-
-
+@contextlib.contextmanager
+def notifying_daemon(tmp_path, database_url, schema, cluster, **env):
+    """A real `cronkeeper run` with NOTIFY_SOCKET bound here; yields (socket, process)."""
     sched = tmp_path / "schedules"
     sched.mkdir()
     (sched / "a.toml").write_text(
@@ -80,40 +81,26 @@ def test_daemon_reports_ready_then_stopping(tmp_path, database_url, schema, clus
             [str(Path(sys.executable).with_name("cronkeeper")), "run", "--database-url", database_url,
              "--schema", schema, "--cluster", cluster, "--schedules", str(sched),
              "--metrics-address", "off"],
-            env={**os.environ, "NOTIFY_SOCKET": str(path)},
+            env={**os.environ, "NOTIFY_SOCKET": str(path), **env},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )
         try:
-            assert sock.recv(200).startswith(b"READY=1")
-            proc.send_signal(signal.SIGTERM)
-            assert sock.recv(200) == b"STOPPING=1"
-            assert proc.wait(timeout=30) == 0
+            yield sock, proc
         finally:
             proc.kill()
             proc.wait()
+
+
+def test_daemon_reports_ready_then_stopping(tmp_path, database_url, schema, cluster):
+    with notifying_daemon(tmp_path, database_url, schema, cluster) as (sock, proc):
+        assert sock.recv(200).startswith(b"READY=1")
+        proc.send_signal(signal.SIGTERM)
+        assert sock.recv(200) == b"STOPPING=1"
+        assert proc.wait(timeout=30) == 0
 
 
 def test_daemon_pings_the_watchdog_while_it_makes_progress(tmp_path, database_url, schema, cluster):
-    sched = tmp_path / "schedules"
-    sched.mkdir()
-    (sched / "a.toml").write_text(
-        '[ping]\nevery = "60s"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.ping"\nowner = "ops"\n'
-    )
-    path = tmp_path / "notify.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.bind(str(path))
-        sock.settimeout(30)
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("cronkeeper")), "run", "--database-url", database_url,
-             "--schema", schema, "--cluster", cluster, "--schedules", str(sched),
-             "--metrics-address", "off"],
-            env={**os.environ, "NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "1000000"},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
-        try:
-            messages = [sock.recv(200) for _ in range(4)]
-            assert messages[0].startswith(b"READY=1") or b"READY=1" in messages
-            assert messages.count(b"WATCHDOG=1") >= 2
-        finally:
-            proc.kill()
-            proc.wait()
+    with notifying_daemon(tmp_path, database_url, schema, cluster, WATCHDOG_USEC="1000000") as (sock, _):
+        messages = [sock.recv(200) for _ in range(4)]
+        assert messages[0].startswith(b"READY=1") or b"READY=1" in messages
+        assert messages.count(b"WATCHDOG=1") >= 2

@@ -34,7 +34,6 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         in_window,
         period_seconds,
         records_from_rows,
-        trigger_of,
         versions_from_rows,
     )
     from cronkeeper.db import audit as dba
@@ -79,7 +78,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         spec = version.spec
         last = latest.get(name)
         after = max(version.active_from, last[0]) if last else version.active_from
-        upcoming = trigger_of(spec).next_fire(after)
+        upcoming = spec.trigger().next_fire(after)
         periods[name] = period_seconds(spec, now)
         schedules.append({
             "name": name,

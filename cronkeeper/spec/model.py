@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from cronkeeper.timing import Trigger, make_trigger
+
 NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,127}"
 
 
@@ -137,6 +139,10 @@ class ScheduleSpec:
     @property
     def digest(self) -> str:
         return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+
+    def trigger(self) -> Trigger:
+        """When this schedule fires (the one place a spec becomes a trigger)."""
+        return make_trigger(cron=self.cron, every=self.every, timezone=self.timezone)
 
 
 def canonical_json(value: Any) -> str:

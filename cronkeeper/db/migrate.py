@@ -54,7 +54,12 @@ def migrate(engine: sa.Engine, schema: str) -> list[int]:
         conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": migration_lock_key(schema)})
         try:
             conn.commit()
-            conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            exists = conn.execute(
+                sa.text("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :s)"),
+                {"s": schema},
+            ).scalar_one()
+            if not exists:  # IF NOT EXISTS still needs CREATE on the database; an owner may lack it
+                conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             conn.exec_driver_sql(
                 f'CREATE TABLE IF NOT EXISTS "{schema}".schema_migrations ('
                 "version integer PRIMARY KEY, name text NOT NULL, "

@@ -63,9 +63,9 @@ def test_trigger_writes_one_manual_job_each_time(database_url, schema, raw):
 
 
 def test_backfill_emits_only_periods_without_an_outcome_and_never_twice(database_url, schema, raw):
-    version_id, now = record_version(raw, SPEC, timedelta(hours=1, minutes=1))
-    periods = list(SPEC.trigger().fires(now - timedelta(hours=1, minutes=1), now))
-    assert len(periods) == 6
+    version_id, now = record_version(raw, SPEC, timedelta(hours=1))
+    periods = list(SPEC.trigger().fires(now - timedelta(hours=1), now))
+    assert len(periods) == 6  # (now - 1h, now] holds exactly six 10-minute marks
     # one period already has an outcome (skipped by misfire): backfill must leave it alone
     raw.execute(
         "INSERT INTO periods (schedule, scheduled_for, version_id, outcome, reason, term) "

@@ -118,7 +118,8 @@ def bench_cronkeeper(url: str, jobs: int, args: argparse.Namespace) -> float:
     procs = [subprocess.Popen(
         [exe, "worker", "--database-url", url, "--schema", schema, "--import", "worker_throughput",
          "--concurrency", str(args.concurrency), "--batch-size", str(args.batch_size),
-         "--poll-interval", "0.05", "--log-level", "warning", "--instance-id", f"bench-{i}"],
+         "--poll-interval", "0.05", "--log-level", "warning", "--instance-id", f"bench-{i}",
+         "--metrics-address", "off"],
         env=env) for i in range(args.workers)]
     seconds = drain(procs, url, schema, CK_PENDING, 900)
     check_done(url, schema, "SELECT count(*) FROM outbox WHERE state = 'succeeded'", jobs)

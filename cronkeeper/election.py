@@ -229,13 +229,16 @@ class Node:
         )
         scheduler.load_versions()
         scheduler.tick_until_current()  # periods due under the versions in force, up to now
-        scheduler.adopt(self.schedules)
+        if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
+            scheduler.adopt(self.schedules)
         self.leading.set()
         next_prune = clock.monotonic()
         while not self.stopping.is_set():
             pending, self._pending = self._pending, None
             if pending is not None:
                 scheduler.tick_until_current()
+                if scheduler.behind:  # stopping mid catch-up: the new set waits for the next leader
+                    break
                 scheduler.adopt(pending)
                 self.schedules = pending
             report = scheduler.tick()

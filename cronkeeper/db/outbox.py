@@ -151,17 +151,7 @@ WITH picked AS (
     ORDER BY run_after, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
-), claimed AS (
-    UPDATE outbox o
-    SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
-        lease_expires_at = now() + make_interval(secs => o.timeout_seconds + %(margin)s)
-    FROM picked WHERE o.id = picked.id
-    RETURNING {COLUMNS}
-), recorded AS (
-    INSERT INTO attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempts, %(worker)s, now() FROM claimed
-)
-SELECT * FROM claimed o
+{_LEASE_PICKED}SELECT * FROM claimed o
 """
 
 

@@ -51,6 +51,7 @@ def test_same_job_on_two_workers_at_once_runs_its_effect_once(engine, schema, ru
     with engine.begin() as conn:
         job = cronkeeper.enqueue(conn, "count", {"sleep": 1.5}, key="both@1", schema=schema, timeout=60)
     a = spawn_worker(database_url, schema, "--lease-margin", "1", "--instance-id", "A")
+    b = None
     try:
         wait_until(lambda: _attempts(engine, job), 20)
         a.send_signal(signal.SIGSTOP)
@@ -64,12 +65,12 @@ def test_same_job_on_two_workers_at_once_runs_its_effect_once(engine, schema, ru
         wait_until(lambda: b.poll() is None and _attempt_rows(engine, job)[0][2] == "lease_expired", 10)
         a.send_signal(signal.SIGTERM)
         assert a.wait(30) == 0
-        b.kill()
-        b.wait()
     finally:
-        if a.poll() is None:
-            a.kill()
-            a.wait()
+        for proc in (a, b):  # a failed wait must not leave a worker running (or frozen)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
     assert count_runs(engine) == 1
     assert [r[1] for r in _attempt_rows(engine, job)] == ["A", "B"]
 

@@ -27,8 +27,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import NamedTuple
 
-from cronkeeper.spec.model import ScheduleSpec
-from cronkeeper.timing import Trigger
+from cronkeeper.spec.model import ScheduleSpec, read_stored_version
+from cronkeeper.timing import TimingError, Trigger, parse_duration, parse_instant
 
 DEFAULT_RETENTION_DAYS = 400.0
 _TINY = timedelta(microseconds=1)
@@ -329,25 +329,14 @@ def period_seconds(spec: ScheduleSpec, around: datetime, trigger: Trigger | None
     return None if second is None else (second - first).total_seconds()
 
 
-class BadVersion(ValueError):
-    """A stored spec that cannot be read back (a row written by someone else)."""
-
-
 def versions_from_rows(rows: Iterable[tuple]) -> dict[str, list[Version]]:
     """(id, schedule, spec json or None, active_from) rows, ordered by schedule and
-    active_from, -> versions by schedule."""
+    active_from, -> versions by schedule. UnreadableVersion names a row that cannot be read."""
     out: dict[str, list[Version]] = {}
     for version_id, schedule, spec_json, active_from in rows:
         spec = None
         if spec_json is not None:
-            try:
-                spec = ScheduleSpec.from_json(spec_json)
-                spec.trigger()
-            except Exception as exc:  # noqa: BLE001 - any malformed row gets one clear message
-                raise BadVersion(
-                    f"schedule {schedule!r}: stored version {version_id} cannot be read "
-                    f"({type(exc).__name__}: {exc})"
-                ) from None
+            spec, _ = read_stored_version(schedule, version_id, spec_json)
         out.setdefault(schedule, []).append(Version(schedule, version_id, spec, active_from))
     return out
 
@@ -368,8 +357,6 @@ def records_from_rows(rows: Iterable[tuple]) -> list[tuple]:
 def parse_since(value: str, now: datetime) -> datetime:
     """``24h``, ``90m``, ``7d`` (a duration back from now) or an ISO 8601 instant with offset.
     Raises ValueError with a message for the user."""
-    from cronkeeper.timing import TimingError, parse_duration
-
     text = value.strip()
     if text[:1].isdigit() and ("-" in text or ":" in text):
         return parse_instant(text)
@@ -380,9 +367,3 @@ def parse_since(value: str, now: datetime) -> datetime:
     except OverflowError:
         raise ValueError(f"--since {text!r} reaches back before year 1") from None
 
-
-def parse_instant(text: str) -> datetime:
-    """An ISO 8601 instant with an offset or ``Z`` (ValueError with the reason otherwise)."""
-    from cronkeeper.timing import parse_instant as parse
-
-    return parse(text)

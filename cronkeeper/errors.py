@@ -19,6 +19,11 @@ class ScheduleError(CronkeeperError):
         self.diagnostics = diagnostics or []
 
 
+class UnreadableVersion(CronkeeperError, ValueError):
+    """A stored schedule version cannot be read back (written by another cronkeeper, checked
+    against another tzdata, or edited by hand)."""
+
+
 class DatabaseError(CronkeeperError):
     """The database could not be reached or refused a statement (message carries no password)."""
 

@@ -21,7 +21,7 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
-from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec
+from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec, read_stored_version
 from cronkeeper.timing import Trigger
 
 log = logging.getLogger("cronkeeper.scheduler")
@@ -240,18 +240,8 @@ class Scheduler:
 
 
 def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
-    """The spec and trigger of a stored schedule version, or a CronkeeperError saying which row
-    cannot be read (a row written by another cronkeeper, another tzdata, or by hand)."""
-    try:
-        if not isinstance(version.spec, dict):
-            raise ValueError(f"spec is {type(version.spec).__name__}, not an object")
-        spec = ScheduleSpec.from_json(version.spec)
-        return spec, spec.trigger()
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise CronkeeperError(
-            f"schedule {version.schedule!r}: stored version {version.id} cannot be read ({detail})"
-        ) from None
+    """The spec and trigger of a stored version row (UnreadableVersion if it cannot be read)."""
+    return read_stored_version(version.schedule, version.id, version.spec)
 
 
 def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:

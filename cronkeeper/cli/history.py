@@ -19,17 +19,16 @@ from cronkeeper.audit import (
     DEFAULT_RETENTION_DAYS,
     FIELDS,
     Audit,
-    BadVersion,
     Window,
     audit_schedule,
     in_window,
-    parse_instant,
     parse_since,
     records_from_rows,
     versions_from_rows,
 )
 from cronkeeper.cli.common import database_options, format_option, safe
-from cronkeeper.errors import CronkeeperError, UsageError
+from cronkeeper.errors import CronkeeperError, UnreadableVersion, UsageError
+from cronkeeper.timing import parse_instant
 
 
 def collect(
@@ -51,7 +50,7 @@ def collect(
             raise UsageError(f"--since ({_iso(start)}) is after --until ({_iso(end)})")
         try:
             versions = versions_from_rows(dba.versions_all(conn, list(names) or None))
-        except BadVersion as exc:
+        except UnreadableVersion as exc:
             raise CronkeeperError(str(exc)) from None
         unknown = sorted(set(names) - versions.keys())
         if unknown:

@@ -29,7 +29,6 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
            live_within: float = 30.0) -> dict[str, Any]:
     """Everything status shows, read in one transaction, plus the diagnosis."""
     from cronkeeper.audit import (
-        BadVersion,
         audit_schedule,
         in_window,
         period_seconds,
@@ -38,6 +37,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     )
     from cronkeeper.db import audit as dba
     from cronkeeper.db.engine import leader_lock_key, lock_key_parts, translate_errors
+    from cronkeeper.errors import UnreadableVersion
 
     key = leader_lock_key(schema, cluster)
     with translate_errors("reading the cluster's status"), engine.connect() as conn:
@@ -48,7 +48,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         problems: list[str] = []
         try:
             versions = versions_from_rows(dba.versions_all(conn))
-        except BadVersion as exc:
+        except UnreadableVersion as exc:
             versions = {}
             problems.append(str(exc))
         current = {n: v[-1] for n, v in versions.items() if v[-1].spec is not None}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from cronkeeper.errors import UnreadableVersion
 from cronkeeper.timing import Trigger, make_trigger
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,127}"
@@ -143,6 +144,21 @@ class ScheduleSpec:
     def trigger(self) -> Trigger:
         """When this schedule fires (the one place a spec becomes a trigger)."""
         return make_trigger(cron=self.cron, every=self.every, timezone=self.timezone)
+
+
+def read_stored_version(schedule: str, version_id: int, data: Any) -> tuple[ScheduleSpec, Trigger]:
+    """The spec and trigger of a ``schedule_versions`` row, or UnreadableVersion naming the row:
+    the leader, operator commands and the audit read stored versions through this one door."""
+    try:
+        if not isinstance(data, dict):
+            raise ValueError(f"spec is {type(data).__name__}, not an object")
+        spec = ScheduleSpec.from_json(data)
+        return spec, spec.trigger()
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        detail = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise UnreadableVersion(
+            f"schedule {schedule!r}: stored version {version_id} cannot be read ({detail})"
+        ) from None
 
 
 def canonical_json(value: Any) -> str:

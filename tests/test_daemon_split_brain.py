@@ -114,6 +114,21 @@ def _lead(pg, schema: str, cluster: str) -> tuple[psycopg.Connection, str, int, 
     return conn, cluster, term, key
 
 
+def _started(conn: psycopg.Connection, cluster: str, term: int, key: int,
+             schedules) -> Scheduler:
+    """A Scheduler for a won term, caught up and running ``schedules`` (what Node._lead does)."""
+    sched = Scheduler(conn, cluster=cluster, term=term, lock_key=key)
+    sched.load_versions()
+    sched.tick()
+    sched.adopt(schedules)
+    return sched
+
+
+def _one_schedule(tmp_path, name: str):
+    files = write_schedules(tmp_path / "schedules", {"s.toml": schedule_toml(name, cron="* * * * * *")})
+    return load_valid([str(files)], now=clock.wall())
+
+
 def test_two_schedulers_that_both_believe_they_lead_never_double_a_period(pg_schema, tmp_path):
     """Two Scheduler objects, each with a lock and a term of its own (two cluster names over
     one schema: the lock keeps neither out), tick the same schedules concurrently."""
@@ -132,10 +147,7 @@ def test_two_schedulers_that_both_believe_they_lead_never_double_a_period(pg_sch
     def run(i: int) -> None:
         conn, cluster, term, key = leaders[i]
         try:
-            sched = Scheduler(conn, cluster=cluster, term=term, lock_key=key)
-            sched.load_versions()
-            sched.tick()
-            sched.adopt(schedules)
+            sched = _started(conn, cluster, term, key, schedules)
             while not stop.is_set():
                 lost[i] += sched.tick().lost
                 stop.wait(0.01)  # both tick far more often than anything falls due
@@ -170,17 +182,12 @@ def test_two_schedulers_that_both_believe_they_lead_never_double_a_period(pg_sch
 
 def test_a_leader_whose_term_moved_on_writes_nothing(pg_schema, tmp_path):
     pg, schema = pg_schema
-    files = write_schedules(tmp_path / "schedules",
-                            {"s.toml": schedule_toml("fenced", cron="* * * * * *")})
-    schedules = load_valid([str(files)], now=clock.wall())
+    schedules = _one_schedule(tmp_path, "fenced")
     cluster = f"fence-{uuid.uuid4().hex[:6]}"
     conn, _, term, key = _lead(pg, schema, cluster)
     db = set_path(pg.connect(), schema)
     try:
-        sched = Scheduler(conn, cluster=cluster, term=term, lock_key=key)
-        sched.load_versions()
-        sched.tick()
-        sched.adopt(schedules)
+        sched = _started(conn, cluster, term, key, schedules)
         wait_for(lambda: sched.tick().decisions, 5, "the first fire")
         # another instance wins a newer term (as after a deposal): the old one must not write
         db.execute("UPDATE leadership SET term = term + 1 WHERE cluster = %s", (cluster,))
@@ -207,17 +214,12 @@ def test_a_leader_whose_term_moved_on_writes_nothing(pg_schema, tmp_path):
 def test_audit_sees_a_missing_period_and_a_second_job(pg_schema, tmp_path):
     """The checker the daemon tests rely on is not vacuous."""
     pg, schema = pg_schema
-    files = write_schedules(tmp_path / "schedules",
-                            {"s.toml": schedule_toml("audited", cron="* * * * * *")})
-    schedules = load_valid([str(files)], now=clock.wall())
+    schedules = _one_schedule(tmp_path, "audited")
     cluster = f"audit-{uuid.uuid4().hex[:6]}"
     conn, _, term, key = _lead(pg, schema, cluster)
     db = set_path(pg.connect(), schema)
     try:
-        sched = Scheduler(conn, cluster=cluster, term=term, lock_key=key)
-        sched.load_versions()
-        sched.tick()
-        sched.adopt(schedules)
+        sched = _started(conn, cluster, term, key, schedules)
         wait_for(lambda: sched.tick() and db.execute(
             "SELECT count(*) FROM periods").fetchone()[0] >= 3, 10, "three fires")
         assert_audit_clean(db, margin=0.5)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# What the test suite needs from the system, installed when missing (Debian, as root) and
+# started when installed but down. Idempotent: a machine that has everything is left alone.
+# Each tool is here because a test drives the real thing (see README, "Testing").
+set -uo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have promtool || need+=(prometheus)           # promtool check/test rules
+have pgbouncer || need+=(pgbouncer)           # the daemon refuses a transaction-pooling proxy
+have redis-server || need+=(redis-server)     # RQ, Sidekiq and BullMQ relay targets
+have rabbitmq-server || need+=(rabbitmq-server)  # the Celery relay target on AMQP
+if [ "${#need[@]}" -gt 0 ]; then
+  echo "test-deps: installing ${need[*]}"
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# Services the tests talk to on loopback.
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  echo "test-deps: starting redis on 127.0.0.1:6379"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+fi
+if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+  echo "test-deps: starting rabbitmq on 127.0.0.1:5672"
+  rabbitmq-server -detached || service rabbitmq-server start
+  for _ in $(seq 1 60); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 1; done
+fi
+exit 0

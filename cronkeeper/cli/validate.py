@@ -54,7 +54,7 @@ def validate_command(ctx: click.Context, paths: tuple[str, ...], fmt: str) -> No
     """Check schedule files (files, or directories of *.toml) and report every problem."""
     if not paths:
         raise click.UsageError("give at least one schedule file or directory")
-    missing = [p for p in paths if not os.path.exists(p)]
+    missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise click.UsageError(
             "no such file or directory: " + ", ".join(safe(p) for p in missing)

@@ -9,6 +9,9 @@ Choices (docs/schedules.md repeats them for operators):
   directory without schedule files: the set is valid, but probably not what was meant.
 - A file must be UTF-8 (a leading BOM is tolerated) and at most 16 MiB; anything else is one
   error at the line where decoding failed (or line 1).
+- Anything that is not a regular file or a directory (a named pipe, a socket, a device, a
+  symlink loop or a dangling symlink) is never opened for reading: opening a FIFO blocks until a
+  writer comes. Given directly it is an error; met in a directory it is a warning and skipped.
 - A TOML syntax error makes the whole file unreadable: one error at the line TOML reports.
 - A file that defines ``command`` must not be writable by group or others, nor may the
   directories that hold it, up to the directory that was given: whoever can write there could
@@ -21,6 +24,7 @@ Choices (docs/schedules.md repeats them for operators):
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -66,6 +70,10 @@ def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Loa
     seen: set[str] = set()
     for raw in paths:
         path = os.fspath(raw)
+        special = special_file(path)
+        if special is not None and special != "missing":
+            diagnostics.append(Diagnostic(path, 0, None, f"{special}, not a schedule file"))
+            continue
         if os.path.isdir(path):
             found = _walk(path, diagnostics)
             if not found:
@@ -80,6 +88,12 @@ def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Loa
             diagnostics.append(Diagnostic(path, 0, None, "no such file or directory"))
             continue
         for file, root in candidates:
+            special = special_file(file) if root is not None else None
+            if special is not None:  # met in a directory walk: say so, skip it, keep the rest
+                diagnostics.append(Diagnostic(
+                    file, 0, None, f"{special}, not a schedule file; skipped", Severity.WARNING
+                ))  # fmt: skip
+                continue
             key = os.path.realpath(file)
             if key not in seen:
                 seen.add(key)
@@ -135,6 +149,30 @@ def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Sch
 
 FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic]]
 
+_SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_file(path: str) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory (``"a named pipe
+    (FIFO)"``, ``"a symlink loop"`` ...), ``"missing"`` when nothing is there, else None.
+    Looks with stat only: never opens the path."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop"
+        if exc.errno == errno.ENOENT and os.path.islink(path):
+            return "a dangling symlink"
+        return "missing" if exc.errno == errno.ENOENT else None  # EACCES etc.: open() says
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), "not a regular file")
+
 
 def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
     found: list[str] = []
@@ -163,7 +201,10 @@ def _load_file(file: str, root: str | None, now: datetime) -> FileResult:
         return [], [], diags
 
     try:
-        with open(file, "rb") as f:
+        # O_NONBLOCK: should a FIFO replace the file after special_file() looked, opening it
+        # still returns at once, and fstat below refuses it before any read.
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
                 return fail("not a regular file")

@@ -36,7 +36,6 @@ def fields(e: CronExpr) -> tuple:
         ("0 0 * * 1-7/2", ((0,), (0,), (0,), ALL_DOM, ALL_MONTH, (0, 1, 3, 5))),
         ("0 0 * * */2", ((0,), (0,), (0,), ALL_DOM, ALL_MONTH, (0, 2, 4, 6))),
         ("07 08 09 10 *", ((0,), (7,), (8,), (9,), (10,), ALL_DOW)),
-        ("*/100 0 * * *", ((0,), (0,), (0,), ALL_DOM, ALL_MONTH, ALL_DOW)),
         ("  0\t0  * * *  ", ((0,), (0,), (0,), ALL_DOM, ALL_MONTH, ALL_DOW)),
         ("*/20 30 2 * * *", ((0, 20, 40), (30,), (2,), ALL_DOM, ALL_MONTH, ALL_DOW)),
         ("5,10 * * * * *", ((5, 10), ALL_MIN, ALL_HOUR, ALL_DOM, ALL_MONTH, ALL_DOW)),

@@ -135,6 +135,8 @@ def check_schedule(
             err(problem, "cron")
         else:
             cron_ok = True
+            for message in parse_cron(cron).warnings:  # cached: no second parse
+                warn(f"cron {v.shown(cron)}: {message}", "cron")
     if every_raw is not None:
         result = v.duration("every", every_raw, minimum=1.0)
         if isinstance(result, str):

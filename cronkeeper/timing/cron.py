@@ -9,7 +9,11 @@ alias), ``@weekly``, ``@monthly``, ``@yearly``, ``@annually``.
 Refused, with a message naming the field: ``a/n`` (cronie refuses it too: write ``a-59/n``),
 ``@reboot``, Quartz's ``L W # ?``, cronie's random ``~``, reversed ranges, zero steps, values out of
 range, empty items, and any character outside ASCII (Arabic-Indic or fullwidth digits, no-break
-spaces, fullwidth commas).
+spaces, fullwidth commas). Numbers are bounded before conversion: no field holds more than 60
+values, so a number of more than :data:`MAX_DIGITS` digits is refused as such (``int()`` itself
+refuses strings past 4,300 digits), and so is a step larger than any field (over 60). A step
+that cannot step within its range (``*/61`` is an error already; ``*/60`` in minutes, ``*/24`` in
+hours, ``0-10/15``: one value fires) is a warning in :attr:`CronExpr.warnings`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ _FIELDS5 = (
     ("day-of-week", 0, 7, DAYS),
 )
 _NUMBER = re.compile(r"[0-9]+")
+MAX_DIGITS = 4  # no field value or useful step is past 60; 4 digits keep the message exact
+MAX_STEP = 60  # the most values any field has (seconds, minutes)
 _QUARTZ = re.compile(r"(?i)[0-9]*L(-[0-9]+)?|[0-9]*W|LW|.*#.*|\?")
 # Longest day of each month in any year (February 29 in leap years).
 MAX_DOM = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
@@ -64,6 +70,8 @@ class CronExpr:
     dom_star: bool
     dow_star: bool
     has_seconds: bool = False
+    # Legal but probably not meant: a step that can never step (``*/60`` in minutes).
+    warnings: tuple[str, ...] = ()
 
     @property
     def fixed_time(self) -> bool:
@@ -86,9 +94,17 @@ def _fail(field: str, message: str) -> TimingError:
     return TimingError(f"{field} field: {message}")
 
 
+def _number(token: str, field: str, what: str) -> int:
+    """``int(token)`` for a string of ASCII digits, its length bounded first."""
+    if len(token) > MAX_DIGITS:
+        shown = token if len(token) <= 12 else f"{token[:6]}...({len(token)} digits)"
+        raise _fail(field, f"{what} {shown} is too large: no cron field goes past {MAX_STEP}")
+    return int(token)
+
+
 def _value(token: str, field: str, low: int, high: int, names: tuple[str, ...]) -> int:
     if _NUMBER.fullmatch(token):
-        value = int(token)
+        value = _number(token, field, "value")
     elif token.lower() in names:
         value = names.index(token.lower()) + low
     elif token == "":
@@ -106,7 +122,9 @@ def _value(token: str, field: str, low: int, high: int, names: tuple[str, ...]) 
     return value
 
 
-def _parse_item(item: str, spec: tuple[str, int, int, tuple[str, ...]]) -> range:
+def _parse_item(
+    item: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
+) -> range:
     field, low, high, names = spec
     if item == "":
         raise _fail(field, "empty list item")
@@ -119,11 +137,15 @@ def _parse_item(item: str, spec: tuple[str, int, int, tuple[str, ...]]) -> range
     if slash:
         if not _NUMBER.fullmatch(step_text):
             raise _fail(field, f"step {step_text!r} in {item!r} is not a number")
-        step = int(step_text)
+        step = _number(step_text, field, "step")
         if step == 0:
             raise _fail(field, f"step in {item!r} is zero")
+        if step > MAX_STEP:
+            raise _fail(
+                field, f"step {step} in {item!r} is larger than any cron field ({low}-{high} here)"
+            )
     if body == "*":
-        return range(low, high + 1, step)
+        return _stepped(item, range(low, high + 1, step), field, warnings)
     first, dash, last = body.partition("-")
     start = _value(first, field, low, high, names)
     if not dash:
@@ -139,13 +161,28 @@ def _parse_item(item: str, spec: tuple[str, int, int, tuple[str, ...]]) -> range
         end = 7  # cronie: 'fri-sun' is 5-7
     if start > end:
         raise _fail(field, f"range {item!r} is reversed ({start} > {end})")
-    return range(start, end + 1, step)
+    if not slash:
+        return range(start, end + 1)
+    return _stepped(item, range(start, end + 1, step), field, warnings)
 
 
-def _parse_field(text: str, spec: tuple[str, int, int, tuple[str, ...]]) -> tuple[int, ...]:
+def _stepped(item: str, values: range, field: str, warnings: list[str]) -> range:
+    """A stepped range; a step that never steps (one value) is legal but probably a mistake."""
+    if len(values) == 1 and values.stop - values.start > 1:
+        warnings.append(
+            f"{field} field: step {values.step} in {item!r} is past its range "
+            f"({values.start}-{values.stop - 1}): only {values.start} fires; "
+            f"write {values.start} if that is meant"
+        )
+    return values
+
+
+def _parse_field(
+    text: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
+) -> tuple[int, ...]:
     values: set[int] = set()
     for item in text.split(","):
-        values.update(_parse_item(item, spec))
+        values.update(_parse_item(item, spec, warnings))
     if spec[0] == "day-of-week" and 7 in values:
         values.discard(7)
         values.add(0)
@@ -195,9 +232,10 @@ def _parse(expr: str) -> CronExpr:
             raise TimingError(f"unknown macro {text!r}{hint}")
         text = MACROS[text]
     fields = _SEPARATORS.split(text)
+    warnings: list[str] = []
     if len(fields) == 6:
         specs = (_SECOND, *_FIELDS5)
-        seconds = _parse_field(fields[0], _SECOND)
+        seconds = _parse_field(fields[0], _SECOND, warnings)
         fields = fields[1:]
     elif len(fields) == 5:
         specs = _FIELDS5
@@ -208,7 +246,7 @@ def _parse(expr: str) -> CronExpr:
             "(minute hour day-of-month month day-of-week) or 6 (a leading seconds field, then those)"
         )
     minute, hour, dom, month, dow = (
-        _parse_field(f, spec) for f, spec in zip(fields, specs[-5:], strict=True)
+        _parse_field(f, spec, warnings) for f, spec in zip(fields, specs[-5:], strict=True)
     )
     return CronExpr(
         source=expr,
@@ -223,4 +261,5 @@ def _parse(expr: str) -> CronExpr:
         dom_star=fields[2].startswith("*"),
         dow_star=fields[4].startswith("*"),
         has_seconds=len(specs) == 6,
+        warnings=tuple(warnings),
     )

@@ -18,9 +18,7 @@ from cronkeeper import clock
 from cronkeeper.cli.common import format_option, safe
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.spec import ScheduleSpec, load_paths
-from cronkeeper.timing import load_zone, make_trigger, parse_instant
-
-_END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
+from cronkeeper.timing import instants, load_zone, make_trigger, parse_instant
 
 
 def _after_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -36,19 +34,23 @@ def next_fires(spec: ScheduleSpec, after: datetime, count: int) -> list[tuple[da
     """(UTC instant, local time in the schedule's zone) of the next ``count`` fires."""
     trigger = make_trigger(cron=spec.cron, every=spec.every, timezone=spec.timezone)
     tz = load_zone(spec.timezone)
-    return [(t, t.astimezone(tz)) for t in islice(trigger.fires(after, _END_OF_TIME), count)]
+    return [(t, t.astimezone(tz)) for t in islice(trigger.fires(after, instants.END), count)]
 
 
 def utc_text(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]]) -> str:
-    if not fires:
-        return f"schedule '{safe(spec.name)}' never fires again"
-    return "\n".join(
+def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]], count: int) -> str:
+    lines = [
         f"{local.isoformat()}  {safe(local.tzname())}  {utc_text(utc)}" for utc, local in fires
-    )
+    ]
+    if len(fires) < count:
+        lines.append(
+            f"schedule '{safe(spec.name)}' has no {'' if not fires else 'further '}fire before "
+            f"{utc_text(instants.END)}, where the range cronkeeper computes ends"
+        )
+    return "\n".join(lines)
 
 
 def render_json(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]]) -> str:
@@ -104,4 +106,4 @@ def next_command(name: str, directory: str, count: int, after: datetime | None, 
         hint = f"; did you mean '{safe(close[0])}'?" if close else ""
         raise CronkeeperError(f"no schedule named '{safe(name)}' in {safe(directory)}{hint}")
     fires = next_fires(spec, after if after is not None else now, count)
-    click.echo(render_json(spec, fires) if fmt == "json" else render_table(spec, fires))
+    click.echo(render_json(spec, fires) if fmt == "json" else render_table(spec, fires, count))

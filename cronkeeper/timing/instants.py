@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from cronkeeper.timing import zones
 from cronkeeper.timing.errors import TimingError
 
-MIN_YEAR, MAX_YEAR = 1970, 9998
+# The range fires are computed in (triggers.LIMIT ends it): an instant cronkeeper accepts is one
+# it can answer for, so `next --after` never meets a year it cannot compute.
+FIRST = datetime(1970, 1, 1, tzinfo=UTC)
+END = datetime(zones.MAX_YEAR, 1, 1, tzinfo=UTC)  # exclusive
+MIN_YEAR, MAX_YEAR = FIRST.year, END.year - 1
 
 
 def parse_instant(text: str) -> datetime:
@@ -25,6 +30,9 @@ def parse_instant(text: str) -> datetime:
         utc = when.astimezone(UTC)
     except OverflowError:
         utc = None
-    if utc is None or not MIN_YEAR <= utc.year <= MAX_YEAR:
-        raise TimingError(f"{text!r} is out of range: give an instant between {MIN_YEAR} and {MAX_YEAR}")
+    if utc is None or not FIRST <= utc < END:
+        raise TimingError(
+            f"{text!r} is out of range: give an instant from {FIRST:%Y-%m-%d} up to, not "
+            f"including, {END:%Y-%m-%dT%H:%M:%SZ} (the range cronkeeper computes fires in)"
+        )
     return utc

@@ -33,7 +33,9 @@ from cronkeeper.timing.errors import TimingError
 DAY = 86400
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 _SECOND = timedelta(seconds=1)
-LIMIT = zones.year_start(zones.MAX_YEAR)  # nothing fires after this (datetime ends in 9999)
+# Fires are computed before this instant (9998-01-01T00:00Z; datetime ends in 9999 and a zone's
+# transitions are looked up a year ahead). timing.instants accepts exactly the instants before it.
+LIMIT = zones.year_start(zones.MAX_YEAR)
 
 
 def to_seconds(when: datetime, what: str = "time") -> int:
@@ -64,6 +66,8 @@ class Trigger:
     def next_fire(self, after: datetime) -> datetime | None:
         """The first fire instant strictly after ``after``, as an aware UTC datetime."""
         start = to_seconds(after, "after") + 1
+        if start >= LIMIT:
+            return None
         for chunk in self._chunks(start):
             return to_datetime(chunk[0])
         return None
@@ -75,7 +79,7 @@ class Trigger:
         return self._fires(start, end)
 
     def _fires(self, start: int, end: int) -> Iterator[datetime]:
-        if start > end:
+        if start > min(end, LIMIT - 1):
             return
         epoch = zones.EPOCH
         for chunk in self._chunks(start):

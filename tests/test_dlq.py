@@ -82,3 +82,22 @@ def test_discard_with_yes(engine, schema, database_url):
     out = cli(database_url, schema, "discard", "--task", "mail.send", "--yes")
     assert out.returncode == 0 and "discarded 2 jobs" in out.stdout
     assert states(engine) == {"dead:1": "dead"}
+
+
+def test_replay_and_discard_take_ids_as_arguments(engine, schema, database_url):
+    """Issue 9 §4: `dlq replay 42` failed with "unexpected extra argument"."""
+    dead_letters(engine, schema)
+    ids = {i["idempotency_key"]: i["id"] for i in json.loads(
+        cli(database_url, schema, "list", "--format", "json").stdout)}
+    out = cli(database_url, schema, "replay", str(ids["dead:0"]), "--yes")
+    assert out.returncode == 0, out.stderr
+    assert "replayed 1 job" in out.stdout
+    assert states(engine) == {"dead:0": "available", "dead:1": "dead", "dead:2": "dead"}
+    # positional and --id together, and a repeated id counted once
+    out = cli(database_url, schema, "discard", str(ids["dead:1"]), "--id", str(ids["dead:2"]),
+              str(ids["dead:1"]), "--yes")
+    assert out.returncode == 0, out.stderr
+    assert "discarded 2 jobs" in out.stdout
+    assert states(engine) == {"dead:0": "available"}
+    bad = cli(database_url, schema, "replay", "forty-two", "--yes")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

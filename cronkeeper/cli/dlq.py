@@ -1,6 +1,7 @@
 """cronkeeper dlq list|show|replay|discard: dead letters (§7).
 
-Replay and discard print how many jobs and which tasks they touch and ask every time; ``--yes``
+Replay and discard take dead-letter ids as arguments (``dlq replay 42 43``) or with ``--id``,
+and the filters below; with neither, every dead letter. They print how many jobs and which tasks they touch and ask every time; ``--yes``
 for scripts; without a terminal and without ``--yes`` they refuse (exit 1) and change nothing.
 Replay: state back to available, run_after now, a fresh attempt budget (attempts reset to 0; the
 earlier attempts stay recorded, renumbered negative, and ``explain`` still lists them).
@@ -168,10 +169,14 @@ def _action_command(verb: str, doc: str):
     @dlq_command.command(verb, help=doc)
     @database_options
     @filters
+    @click.argument("id_args", metavar="[ID]...", type=int, nargs=-1)
     @click.option("--id", "ids", type=int, multiple=True, help="Only this dead letter (repeatable).")
     @click.option("--yes", is_flag=True, help="Do not ask (for scripts).")
-    def command(database_url, schema, cluster, schedule, task, older_than, newer_than, ids, yes):
-        _act(verb, database_url, schema, schedule, task, older_than, newer_than, ids, yes)
+    def command(database_url, schema, cluster, schedule, task, older_than, newer_than, id_args,
+                ids, yes):
+        # `dlq replay 42 43` as `dlq show 42` takes it; --id kept for scripts that use it.
+        chosen = tuple(dict.fromkeys((*id_args, *ids)))
+        _act(verb, database_url, schema, schedule, task, older_than, newer_than, chosen, yes)
 
     return command
 

@@ -15,6 +15,7 @@ APScheduler 3.11: a BackgroundScheduler with an SQLAlchemyJobStore on the same d
 10 as in APScheduler's own default executor); 10,000 jobs with a DateTrigger at one instant,
 each inserting one row into a table. Lag = that row's commit time minus the trigger instant.
 
+    .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
     .venv/bin/python benchmarks/burst_vs_apscheduler.py [--schedules 10000] [--aps-threads 10]
         [--fsync on|off] [--skip-apscheduler]
 

@@ -63,3 +63,13 @@ def test_only_db_imports_the_database_driver():
         if bad:
             offenders[rel] = bad
     assert offenders == {}
+
+
+def test_no_runtime_module_imports_a_benchmark_peer():
+    """APScheduler is a benchmark peer (the bench extra), not a runtime dependency: the package
+    must run without it installed."""
+    offenders = {
+        str(p.relative_to(PACKAGE)): sorted(n for n in imports(p) if n.split(".")[0] == "apscheduler")
+        for p in PACKAGE.rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

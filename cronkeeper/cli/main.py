@@ -25,6 +25,7 @@ COMMANDS = {
     "dlq": "dlq",
     "explain": "explain",
     "history": "history",
+    "import": "import_cmd",
 }
 
 

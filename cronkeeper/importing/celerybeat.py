@@ -1,0 +1,344 @@
+"""A Celery app's beat schedule -> schedule entries (SPEC §12).
+
+The app is imported as ``celery -A`` does (``module:attribute``; the current directory first on
+``sys.path``), and its schedule read through ``app.conf.beat_schedule``, which is also where
+Django's ``CELERY_BEAT_SCHEDULE`` lands when the app reads settings with ``namespace="CELERY"``.
+The zone is Celery's own choice (``app.timezone``): the ``timezone`` setting, else UTC when
+``enable_utc`` (the default), else the host's local time, which cannot be known for another host,
+so ``--timezone`` must say it.
+
+- ``crontab(...)``: every argument. A field given as a string cronkeeper reads to the same set
+  is kept as written, so ``minute="*/15"`` keeps cron's elapsed-time DST rule; other fields are
+  written from Celery's expanded set. Where Celery differs from cron: Celery fires only on days
+  matching day_of_month AND day_of_week (cron: either, when both are restricted). That is
+  expressible only when one of the two is written starting with ``*``; otherwise refused.
+- ``timedelta``, a number of seconds, or ``schedule(run_every=...)`` -> ``every`` (whole seconds).
+  Celery counts an interval from beat's start (or the last run); cronkeeper's ``every`` is
+  anchored to the Unix epoch: same interval, another phase (warned; ``--compare`` shows it).
+- ``solar(...)`` and other schedule classes: refused (no cron or interval says "at sunset").
+- ``kwargs`` -> ``payload``; positional ``args`` are bound to the task's parameter names when the
+  task is registered in the app (else refused: the relay sends the payload as kwargs).
+- ``options``: ``queue`` -> a route in a suggested relay config (SPEC §11); ``expires``,
+  ``priority`` and the rest have no place in a route or schedule: warned, kept in the notes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import inspect
+import io
+import json
+import os
+import sys
+from datetime import datetime, timedelta
+from typing import Any
+
+from cronkeeper.importing import naming
+from cronkeeper.importing.model import Conversion, Entry, Problem, UnusableInput
+from cronkeeper.timing import TimingError, load_zone, parse_cron
+
+_FIELDS = (  # (crontab attribute, cron position, low, high)
+    ("minute", 0, 0, 59),
+    ("hour", 1, 0, 23),
+    ("day_of_month", 2, 1, 31),
+    ("month_of_year", 3, 1, 12),
+    ("day_of_week", 4, 0, 6),
+)
+_CRON_ATTR = {0: "minutes", 1: "hours", 2: "days", 3: "months", 4: "weekdays"}
+HEADER = (
+    "Differences from Celery beat, for every schedule below:",
+    "- each schedule emits a job whose task is the Celery task name and whose payload is its",
+    "  kwargs; `cronkeeper relay` hands it to Celery (see the suggested relay config).",
+    "- beat ran a task whenever it was due, even while the previous run was busy; cronkeeper",
+    "  skips a period whose previous job is unfinished (overlap = \"skip\", the default).",
+    "- beat forgot runs missed while it was down; `misfire` now decides, and `history` shows",
+    "  every period's outcome.",
+)
+
+
+def load_app(spec: str) -> Any:
+    """The Celery app named ``module:attribute`` (``module`` alone: its ``app`` or ``celery``)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name:
+        raise UnusableInput(f"{spec!r}: give the app as MODULE:APP, e.g. proj.celery:app")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured):
+            module = importlib.import_module(module_name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - whatever the user's module raises (SystemExit too)
+        raise UnusableInput(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
+    names = [attr] if attr else ["app", "celery"]
+    for name in names:
+        app = getattr(module, name, None)
+        if app is not None:
+            break
+    else:
+        raise UnusableInput(f"module {module_name!r} has no attribute {' or '.join(map(repr, names))}")
+    if not hasattr(app, "conf") or not hasattr(app, "tasks"):
+        raise UnusableInput(f"{spec!r} is a {type(app).__name__}, not a Celery app")
+    return app
+
+
+def _zone(app: Any, fallback: str | None) -> str:
+    try:
+        name = app.conf.timezone
+        enable_utc = app.conf.enable_utc
+    except Exception as exc:  # noqa: BLE001 - the app's configuration failed to load
+        raise UnusableInput(f"cannot read the app's configuration: {type(exc).__name__}: {exc}") from None
+    if name:
+        name = str(name)
+        origin = "the app's timezone setting"
+    elif enable_utc:
+        return "UTC"
+    elif fallback:
+        name, origin = fallback, "--timezone"
+    else:
+        raise UnusableInput(
+            "the app sets no timezone and enable_utc = False: Celery then uses the host's local "
+            "time, which this command cannot know for the host beat ran on; pass --timezone ZONE"
+        )
+    try:
+        load_zone(name)
+    except TimingError as exc:
+        raise UnusableInput(f"{origin} {name!r}: {exc}") from None
+    return name
+
+
+def _field_text(orig: Any, values: set[int], position: int, low: int, high: int) -> str:
+    """The cron text of one crontab field: as written when cronkeeper reads it to Celery's set."""
+    if isinstance(orig, str):
+        text = orig.strip().replace(" ", "")
+        fields = ["*"] * 5
+        fields[position] = text
+        try:
+            parsed = set(getattr(parse_cron(" ".join(fields)), _CRON_ATTR[position]))
+        except TimingError:
+            parsed = None
+        if parsed == values:
+            return text
+    if values == set(range(low, high + 1)):
+        return "*"
+    runs: list[str] = []
+    ordered = sorted(values)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(runs)
+
+
+def crontab_cron(sched: Any) -> tuple[str | None, str | None, list[str]]:
+    """(cron text, reason it cannot be converted, warnings) of a Celery ``crontab``."""
+    texts = []
+    for attr, position, low, high in _FIELDS:
+        texts.append(_field_text(getattr(sched, f"_orig_{attr}"), set(getattr(sched, attr)),
+                                 position, low, high))  # fmt: skip
+    dom_all = set(sched.day_of_month) == set(range(1, 32))
+    dow_all = set(sched.day_of_week) == set(range(7))
+    if not dom_all and not dow_all and not (texts[2].startswith("*") or texts[4].startswith("*")):
+        return None, (
+            f"day_of_month={sched._orig_day_of_month!r} and day_of_week="
+            f"{sched._orig_day_of_week!r}: Celery fires only on days matching both; cron (and "
+            "cronkeeper) fire on days matching either when both are restricted, and no cron "
+            "expression says 'both' for these sets. Split it into schedules, or restrict one "
+            "field only"
+        ), []  # fmt: skip
+    warnings = []
+    if texts[0] == "*" and texts[1] != "*":
+        warnings.append(
+            f"minute is '*' with hour {texts[1]!r}: it fires every minute of those hours, as in "
+            "Celery; was crontab(minute=0, ...) meant?"
+        )
+    return " ".join(texts), None, warnings
+
+
+def _duration(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _payload(app: Any, task: str, args: Any, kwargs: Any) -> tuple[dict | None, str | None]:
+    kwargs = dict(kwargs or {})
+    args = list(args or ())
+    if args:
+        registered = app.tasks.get(task) if hasattr(app.tasks, "get") else None
+        if registered is None:
+            return None, (
+                f"positional args {args!r}: the relay sends the payload as keyword arguments, and "
+                f"task {task!r} is not registered in the app, so its parameter names are unknown "
+                "(import the task's module in the app, or give kwargs)"
+            )
+        try:
+            bound = inspect.signature(registered.run).bind_partial(*args, **kwargs)
+        except (TypeError, ValueError) as exc:
+            return None, f"args {args!r} do not fit task {task!r}'s parameters: {exc}"
+        for name, param in bound.signature.parameters.items():
+            if name in bound.arguments and param.kind is inspect.Parameter.VAR_POSITIONAL:
+                return None, (f"args {args!r}: task {task!r} takes *{name}, which keyword "
+                              "arguments cannot fill")  # fmt: skip
+        kwargs = dict(bound.arguments)
+        for name, param in bound.signature.parameters.items():
+            if param.kind is inspect.Parameter.VAR_KEYWORD and name in kwargs:
+                kwargs.update(kwargs.pop(name))
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return None, f"kwargs are not JSON ({exc}): a payload is a JSON object"
+    return kwargs, None
+
+
+def convert(
+    app: Any, *, source: str, misfire: str, owner: str | None, timezone: str | None
+) -> Conversion:
+    """Convert the app's beat schedule. Raises UnusableInput when it cannot be read at all."""
+    from celery.schedules import crontab, schedule, solar
+
+    zone = _zone(app, timezone)
+    try:
+        beat = app.conf.beat_schedule or {}
+    except Exception as exc:  # noqa: BLE001
+        raise UnusableInput(f"cannot read beat_schedule: {type(exc).__name__}: {exc}") from None
+    if not isinstance(beat, dict):
+        raise UnusableInput(f"beat_schedule is a {type(beat).__name__}, not a dict of entries")
+    problems: list[Problem] = []
+    drafts: list[tuple[str, dict[str, Any]]] = []
+    for key, item in beat.items():
+        where = f"entry {key}"
+        if not isinstance(item, dict) or "task" not in item or "schedule" not in item:
+            problems.append(Problem(where, "not a beat entry (a dict with 'task' and 'schedule')"))
+            continue
+        draft, reasons = _draft(app, key, item, zone, crontab, schedule, solar)
+        problems.extend(Problem(where, m, left_out=False) for m in reasons[1:])
+        if draft is None:
+            problems.append(Problem(where, reasons[0]))
+            continue
+        drafts.append((naming.slug(str(key)) or "job", draft))
+    names = naming.unique([n for n, _ in drafts])
+    entries = []
+    for name, (_, d) in zip(names, drafts, strict=True):
+        keys: list[tuple[str, Any]] = [(d["when"][0], d["when"][1]), ("timezone", zone),
+                                       ("misfire", misfire), ("task", d["task"])]  # fmt: skip
+        if d["payload"]:
+            keys.append(("payload", d["payload"]))
+        if owner:
+            keys.append(("owner", owner))
+        keys.append(("description", f"Celery beat entry {d['key']!r}"))
+        entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
+                             notes=tuple(d["notes"]), old=d["schedule"]))  # fmt: skip
+    relay = _relay(source, entries, drafts)
+    stem = naming.slug(source.replace(":", "-")) or "celery-beat"
+    return Conversion(
+        source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
+                               *HEADER),
+        entries=tuple(entries), problems=tuple(problems), stem=stem,
+        extra=((f"{stem}.relay.toml.example", relay),) if entries else (),
+    )  # fmt: skip
+
+
+def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None, list[str]]:
+    """(draft, [reason left out or "", warnings...])."""
+    task, sched = item["task"], item["schedule"]
+    notes = [f"Celery beat entry {key!r}: task {task!r}, schedule {sched!r}"]
+    warnings: list[str] = []
+    if isinstance(sched, solar):
+        return None, [f"solar schedule ({sched.event}): it fires at {sched.event} for a place, "
+                      "which moves every day; no cron or interval can say that"]  # fmt: skip
+    if isinstance(sched, crontab):
+        cron, reason, warnings = crontab_cron(sched)
+        if reason:
+            return None, [reason]
+        when = ("cron", cron)
+    elif isinstance(sched, schedule | timedelta | int | float) and not isinstance(sched, bool):
+        relative = bool(item.get("relative")) or bool(getattr(sched, "relative", False))
+        seconds = _seconds(sched.run_every if isinstance(sched, schedule) else sched)
+        if seconds < 1 or seconds != int(seconds):
+            return None, [f"interval of {seconds}s: cronkeeper's every is a whole number of "
+                          "seconds, at least 1s"]  # fmt: skip
+        when = ("every", _duration(int(seconds)))
+        warnings.append(
+            f"every {int(seconds)}s: Celery counts it from beat's start"
+            + (" rounded to the interval's unit (relative=True)" if relative else "")
+            + "; cronkeeper's every is anchored to the Unix epoch, so the instants shift"
+        )
+        if not isinstance(sched, schedule):
+            sched = schedule(run_every=timedelta(seconds=seconds), relative=relative, app=app)
+    else:
+        return None, [f"schedule {type(sched).__name__}: a custom schedule class; only crontab, "
+                      "timedelta, a number of seconds and schedule() can be converted"]  # fmt: skip
+    payload, reason = _payload(app, task, item.get("args"), item.get("kwargs"))
+    if reason:
+        return None, [reason, *warnings]
+    options = dict(item.get("options") or {})
+    queue = options.pop("queue", None)
+    if queue is not None:
+        notes.append(f"Celery queue {queue!r}: routed by the suggested relay config")
+    for option, v in sorted(options.items(), key=lambda kv: str(kv[0])):
+        warnings.append(f"option {option}={v!r} has no place in a schedule or relay route; "
+                        "not carried over")  # fmt: skip
+        notes.append(f"Celery option {option}={v!r} was not carried over")
+    if not getattr(sched, "_app", None):
+        sched = copy.copy(sched)
+        sched.app = app
+    return {"key": key, "task": task, "when": when, "payload": payload, "notes": notes,
+            "queue": queue, "schedule": sched}, ["", *warnings]  # fmt: skip
+
+
+def _relay(source: str, entries: list[Entry], drafts: list[tuple[str, dict[str, Any]]]) -> str:
+    from cronkeeper.importing.render import string
+
+    by_queue: dict[str | None, list[str]] = {}
+    for entry, (_, d) in zip(entries, drafts, strict=True):
+        by_queue.setdefault(d["queue"], []).append(entry.name)
+    lines = [
+        f"# A suggested relay config (SPEC §11) for the schedules imported from {source}:",
+        "# every imported schedule is a Celery task, so each is routed to the app's broker.",
+        "# Check it with: cronkeeper validate --relay-config FILE",
+        "",
+        "[targets.celery]",
+        'kind = "celery"',
+        f"app = {string(source)}",
+    ]
+    for queue in sorted(by_queue, key=lambda q: (q is None, str(q))):
+        lines += ["", "[[routes]]",
+                  "schedules = [" + ", ".join(string(n) for n in by_queue[queue]) + "]",
+                  'target = "celery"']  # fmt: skip
+        if queue is not None:
+            lines.append(f"queue = {string(str(queue))}")
+    return "\n".join(lines) + "\n"
+
+
+def beat_fires(sched: Any, start: datetime, end: datetime) -> list[int]:
+    """When Celery beat, started at ``start``, runs an entry: its own ``is_due`` on a simulated
+    clock. Beat sleeps until the next check ``is_due`` asks for (its max loop interval only adds
+    checks that change nothing, since each check recomputes from the last run)."""
+    s = copy.copy(sched)
+    clock = [start]
+    s.nowfun = lambda: clock[0]
+    last = start
+    out: list[int] = []
+    for _ in range(1_000_000):
+        due, next_in = s.is_due(last)
+        if due:
+            out.append(round(clock[0].timestamp()))
+            last = clock[0]
+        clock[0] = clock[0] + timedelta(seconds=max(float(next_in), 0.001))
+        if clock[0] > end:
+            break
+    return out

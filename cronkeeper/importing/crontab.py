@@ -1,0 +1,343 @@
+"""A crontab, read as cronie reads it, into schedule entries (SPEC §12). Pure: text in.
+
+Line by line, as cronie's ``load_entry``/``load_env``:
+
+- blank lines and lines whose first non-blank character is ``#`` are not entries; the comment
+  lines right above an entry (no blank line between) become its ``description``, except comments
+  that are themselves cron lines (disabled entries) and the ``m h dom mon dow`` template;
+- ``NAME=VALUE`` (spaces around ``=`` allowed, a value in matching quotes unquoted) sets a
+  variable for the lines below it. ``CRON_TZ`` (else ``TZ``) is the zone of the entries below,
+  overriding ``--timezone``. ``SHELL`` is the shell that runs a command needing one.
+  ``MAILTO`` becomes ``owner`` unless ``--owner`` is given (output is not mailed: said in the
+  header). cronie's ``RANDOM_DELAY`` (minutes) becomes ``jitter``. Every other variable (``PATH``,
+  ``HOME``, ``TZ``, your own) is passed to the command as cron did, through ``/usr/bin/env
+  NAME=VALUE ...`` in front of the argv;
+- an entry is 5 time fields (or an ``@`` macro), then in a system crontab (``/etc/crontab``,
+  ``/etc/cron.d/*``, or ``--system``) a user, then the command; cronie's leading ``-`` (do not
+  log) is dropped. The user is kept as a comment and a warning: cronkeeper's worker runs every
+  command as its own user;
+- ``%``: the command ends at the first unescaped ``%``, and the rest, with each further ``%`` a
+  newline, is the command's stdin; ``\\%`` is a literal ``%``. Converted exactly (``printf`` into a
+  pipe, under the crontab's shell) and warned about, since an unescaped ``%`` in ``date +%F`` is
+  the classic crontab mistake;
+- a command that needs a shell (operators, redirections, variables, globs, quotes with
+  expansions, a builtin such as ``cd``) becomes ``[SHELL, "-c", "..."]`` with a comment saying
+  why; a plain one becomes its argv.
+
+Not converted, each reported as ``FILE:LINE: reason``: ``@reboot`` (cronkeeper fires at times,
+not at boot), a line that is neither an entry, a variable nor a comment, a time field cronkeeper's
+grammar refuses (the reason names the field), a cron no date matches, a zone the tz database does
+not know, an entry without a command, and a system-crontab entry without a user.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from cronkeeper.importing import naming
+from cronkeeper.importing.model import Conversion, Entry, Problem
+from cronkeeper.timing import TimingError, load_zone, parse_cron
+
+_ENV = re.compile(r"""(?:"([^"]*)"|'([^']*)'|([^\s='"]+))[ \t]*=[ \t]*(.*)""", re.DOTALL)
+_BLANKS = re.compile(r"[ \t]+")
+_SHELL_META = set("|&;<>()$`\\*?[]{}~#!\n\t")
+_QUOTES = set("'\"")
+_BUILTINS = {"cd", "export", "source", ".", "if", "for", "while", "until", "case", "exec", "set",
+             "ulimit", "umask", "eval", "trap", "alias", "read", "unset", "time", "!", "[[", "{"}
+_CRON_VARIABLES = {"MAILTO", "MAILFROM", "CRON_TZ", "SHELL", "RANDOM_DELAY", "CONTENT_TYPE",
+                   "CONTENT_TRANSFER_ENCODING"}  # cron's own; not passed to the command
+_TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
+HEADER = (
+    "Differences from cron, for every schedule below:",
+    "- cron never retried a command: max_attempts = 1 keeps that. Raise it once the command is",
+    "  safe to run twice (cronkeeper retries with backoff, then dead-letters).",
+    "- cron let a run overlap the next; cronkeeper skips a period whose previous job is still",
+    "  running (overlap = \"skip\", the default). Set overlap = \"allow\" to keep cron's way.",
+    "- cron had no timeout; cronkeeper's worker kills a job after `timeout` (default 10m): set",
+    "  it above each command's longest run.",
+    "- cron mailed output to MAILTO; cronkeeper alerts `owner` about dead letters and misses.",
+    "- commands run as the worker's user, with the worker's environment plus the variables",
+    "  the crontab set (passed through /usr/bin/env).",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CronLine:
+    """What cronie ran for one converted line: for --compare."""
+
+    cron: str
+    timezone: str
+    line: int
+    job_tz: bool  # the zone came from a CRON_TZ/TZ line (cronie's per-job zone path)
+
+
+def split_percent(command: str) -> tuple[str, str | None]:
+    """cronie's split of a command at its first unescaped ``%``: (command, stdin or None)."""
+    out: list[str] = []
+    escaped = False
+    for i, ch in enumerate(command):
+        if escaped:
+            if ch == "%":
+                out[-1] = "%"  # "\%" is a literal %
+            else:
+                out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif ch == "%":
+            return "".join(out), _stdin(command[i + 1 :])
+        else:
+            out.append(ch)
+    return "".join(out), None
+
+
+def _stdin(data: str) -> str:
+    """cronie's translation of the text after the first ``%``: ``%`` -> newline, ``\\%`` -> %."""
+    out: list[str] = []
+    escaped = False
+    for ch in data:
+        if escaped:
+            if ch != "%":
+                out.append("\\")
+        elif ch == "%":
+            ch = "\n"
+        escaped = ch == "\\" and not escaped
+        if not escaped:
+            out.append(ch)
+    if escaped:
+        out.append("\\")
+    return "".join(out)
+
+
+def shell_reason(command: str) -> str | None:
+    """Why ``command`` needs a shell, or None when its words are its argv."""
+    meta = sorted(_SHELL_META & set(command))
+    if meta:
+        shown = " ".join(repr(c)[1:-1] if c not in "\n\t" else repr(c) for c in meta)
+        return f"uses shell syntax ({shown})"
+    words = command.split()
+    if not words:
+        return None
+    if words[0] in _BUILTINS:
+        return f"starts with the shell builtin '{words[0]}'"
+    if "=" in words[0]:
+        return "sets a variable for the command (NAME=value prefix)"
+    if _QUOTES & set(command):
+        try:
+            shlex.split(command)
+        except ValueError:
+            return "has unbalanced quotes"
+    return None
+
+
+def argv(command: str) -> list[str]:
+    """The argv of a command that needs no shell: its quoting removed as sh would."""
+    return shlex.split(command) if _QUOTES & set(command) else command.split()
+
+
+def _env_line(line: str) -> tuple[str, str] | None:
+    m = _ENV.fullmatch(line)
+    if m is None:
+        return None
+    name = m.group(1) if m.group(1) is not None else m.group(2) if m.group(2) is not None else m.group(3)
+    value = m.group(4).strip(" \t")
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in _QUOTES:
+        value = value[1:-1]
+    return name, value
+
+
+def _is_cron_line(text: str) -> bool:
+    """A comment that holds a cron line (a disabled entry) is not a description."""
+    body = text.lstrip("#").strip()
+    if body.startswith("@"):
+        return body.split()[0] in {"@reboot", "@hourly", "@daily", "@midnight", "@weekly",
+                                   "@monthly", "@yearly", "@annually"}
+    fields = _BLANKS.split(body, 5)
+    if len(fields) < 6:
+        return False
+    try:
+        parse_cron(" ".join(fields[:5]))
+    except TimingError:
+        return False
+    return True
+
+
+def convert(
+    text: str,
+    *,
+    source: str,
+    timezone: str,
+    misfire: str,
+    owner: str | None,
+    system: bool,
+) -> Conversion:
+    """Convert crontab ``text`` (read from ``source``). ``timezone`` is the host's zone, the one
+    cron used for lines no ``CRON_TZ``/``TZ`` governs."""
+    problems: list[Problem] = []
+    drafts: list[dict[str, Any]] = []
+    env: dict[str, str] = {}
+    comments: list[str] = []
+    for number, raw in enumerate(text.split("\n"), 1):
+        where = f"{source}:{number}"
+        line = raw.rstrip("\r").lstrip(" \t")
+        if not line.strip():
+            comments = []
+            continue
+        if line.startswith("#"):
+            body = line.lstrip("#").strip()
+            if body and not _is_cron_line(line) and not _TEMPLATE.match(body):
+                comments.append(body)
+            continue
+        variable = _env_line(line)
+        if variable is not None:
+            env[variable[0]] = variable[1]
+            continue
+        draft = _entry(line, where, number, env, timezone, system, problems)
+        if draft is not None:
+            draft["description"] = " ".join(comments) or None
+            drafts.append(draft)
+        comments = []
+    names = naming.unique([d.pop("base_name") for d in drafts])
+    entries = tuple(
+        _build(name, d, misfire=misfire, owner=owner) for name, d in zip(names, drafts, strict=True)
+    )
+    return Conversion(
+        source=source,
+        header=(f"Converted by `cronkeeper import crontab` from {source}.", *HEADER),
+        entries=entries,
+        problems=tuple(problems),
+        stem=_stem(source),
+    )
+
+
+def _entry(
+    line: str, where: str, number: int, env: dict[str, str], default_zone: str, system: bool,
+    problems: list[Problem],
+) -> dict[str, Any] | None:
+    def leave(message: str) -> None:
+        problems.append(Problem(where, message))
+
+    if line.startswith("-"):  # cronie: do not syslog this job
+        line = line[1:]
+    fields_needed = 5
+    if line.startswith("@"):
+        macro, rest = (_BLANKS.split(line, 1) + [""])[:2]
+        if macro == "@reboot":
+            leave("@reboot runs once at boot, and cronkeeper fires at times: run it from a "
+                  "systemd unit (WantedBy=multi-user.target) instead")  # fmt: skip
+            return None
+        cron = macro
+    else:
+        parts = _BLANKS.split(line, fields_needed)
+        if len(parts) <= fields_needed:
+            leave("not a crontab entry (5 time fields and a command), a variable (NAME=value) or "
+                  "a comment")  # fmt: skip
+            return None
+        cron, rest = " ".join(parts[:fields_needed]), parts[fields_needed]
+    user = None
+    if system:
+        user, rest = (_BLANKS.split(rest, 1) + [""])[:2]
+        if not user or not rest:
+            leave("a system crontab entry needs a user field before the command")
+            return None
+    command = rest
+    if not command.strip():
+        leave("no command")
+        return None
+    try:
+        parsed = parse_cron(cron)
+    except TimingError as exc:
+        leave(f"cron {cron!r}: {exc}")
+        return None
+    if parsed.never_fires():
+        leave(f"cron {cron!r} never fires: no date matches it (cron accepts it and never runs it)")
+        return None
+    zone = env.get("CRON_TZ") or env.get("TZ") or default_zone
+    try:
+        load_zone(zone)
+    except TimingError as exc:
+        origin = "CRON_TZ" if env.get("CRON_TZ") else "TZ" if env.get("TZ") else "--timezone"
+        leave(f"{origin}={zone}: {exc}")
+        return None
+    for message in parsed.warnings:
+        problems.append(Problem(where, f"cron {cron!r}: {message}", left_out=False))
+    notes: list[str] = [f"{where}: {line[:200]}" + ("..." if len(line) > 200 else "")]
+    body, stdin = split_percent(command)
+    shell = env.get("SHELL") or "/bin/sh"
+    if stdin is not None:
+        problems.append(Problem(where, (
+            f"'%' in the command: cron ends the command there and feeds the rest ({len(stdin)} "
+            "characters) to its stdin; converted to do the same. Write \\% for a literal %"
+        ), left_out=False))  # fmt: skip
+        script = 'printf \'%s\' "$0" | {\n' + body + "\n}"
+        notes.append(f"cron fed the text after '%' to stdin: {shell} -c with printf | command")
+        args = [shell, "-c", script, stdin]
+    else:
+        reason = shell_reason(body)
+        if reason is None:
+            args = argv(body)
+        else:
+            notes.append(f"needs a shell: {reason}; run as {shell} -c, as cron did")
+            args = [shell, "-c", body]
+    passed = {k: v for k, v in env.items() if k not in _CRON_VARIABLES}
+    if passed:
+        notes.append(f"environment cron gave it: {', '.join(sorted(passed))} (through env)")
+        args = ["/usr/bin/env", *(f"{k}={v}" for k, v in sorted(passed.items())), *args]
+    if user is not None:
+        notes.append(f"cron ran this as user '{user}'; the worker runs it as its own user")
+        problems.append(Problem(where, (
+            f"cron ran this as user '{user}'; cronkeeper's worker runs commands as its own "
+            f"user: run a worker as '{user}' for it, or make the command work as the worker's"
+        ), left_out=False))  # fmt: skip
+    jitter = None
+    delay = env.get("RANDOM_DELAY")
+    if delay and delay.isdigit() and int(delay) > 0:
+        jitter = f"{int(delay)}m"
+        notes.append(f"RANDOM_DELAY={delay}: jitter = \"{jitter}\"")
+    return {
+        "base_name": naming.command_name(body),
+        "where": where,
+        "cron": cron,
+        "timezone": zone,
+        "command": args,
+        "jitter": jitter,
+        "mailto": env.get("MAILTO") or None,
+        "notes": notes,
+        "old": CronLine(cron=cron, timezone=zone, line=number,
+                        job_tz=bool(env.get("CRON_TZ") or env.get("TZ"))),
+    }
+
+
+def _build(name: str, d: dict[str, Any], *, misfire: str, owner: str | None) -> Entry:
+    keys: list[tuple[str, Any]] = [
+        ("cron", d["cron"]),
+        ("timezone", d["timezone"]),
+        ("misfire", misfire),
+        ("command", d["command"]),
+        ("max_attempts", 1),
+    ]
+    if d["jitter"]:
+        keys.append(("jitter", d["jitter"]))
+    who = owner or d["mailto"]
+    if who:
+        keys.append(("owner", who))
+    if d["description"]:
+        keys.append(("description", d["description"]))
+    return Entry(name=name, where=d["where"], keys=tuple(keys), notes=tuple(d["notes"]),
+                 old=d["old"])
+
+
+def _stem(source: str) -> str:
+    base = source.rsplit("/", 1)[-1]
+    for ext in (".txt", ".cron", ".crontab", ".tab"):
+        if base.endswith(ext) and len(base) > len(ext):
+            base = base[: -len(ext)]
+    return naming.slug(base) or "crontab"
+
+
+def is_system_path(path: str) -> bool:
+    return path == "/etc/crontab" or path.startswith("/etc/cron.d/")

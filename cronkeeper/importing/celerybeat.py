@@ -243,7 +243,7 @@ def convert(
         entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
                              notes=tuple(d["notes"]), old=d["schedule"]))  # fmt: skip
     relay = _relay(source, entries, drafts)
-    stem = naming.slug(source.replace(":", "-")) or "celery-beat"
+    stem = naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
     return Conversion(
         source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
                                *HEADER),
@@ -273,7 +273,7 @@ def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None,
                           "seconds, at least 1s"]  # fmt: skip
         when = ("every", _duration(int(seconds)))
         warnings.append(
-            f"every {int(seconds)}s: Celery counts it from beat's start"
+            f"every {when[1]}: Celery counts it from beat's start"
             + (" rounded to the interval's unit (relative=True)" if relative else "")
             + "; cronkeeper's every is anchored to the Unix epoch, so the instants shift"
         )

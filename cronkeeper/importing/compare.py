@@ -97,18 +97,18 @@ def render(sides: Sequence[Side], old_label: str, days: int, start: datetime) ->
         head = union[:HEAD]
         lines.extend(_rows(side, zone, head))
         shown.update(head)
-        changes = [(i, b, a, zone_name) for i, b, a in transitions(zone_name, start, end)]
+        changes = [(i, b, a, zone_name, zone_name) for i, b, a in transitions(zone_name, start, end)]
         if side.daemon_zone and side.daemon_zone != zone_name:
-            changes += [(i, b, a, f"{side.daemon_zone}, cronie's zone")
+            changes += [(i, b, a, side.daemon_zone, f"{side.daemon_zone}, cronie's zone")
                         for i, b, a in transitions(side.daemon_zone, start, end)]
-        for instant, before, after, where in sorted(changes):
+        for instant, before, after, changing, where in sorted(changes):
             near = sorted((t for t in union if abs(t - instant) <= DST_WINDOW),
                           key=lambda t: (abs(t - instant), t))[:DST_ROWS]
             day = sorted(set(near) | {t for t in side.differences if abs(t - instant) <= DST_WINDOW})
-            label = datetime.fromtimestamp(instant, UTC).astimezone(zone).date().isoformat()
+            label = datetime.fromtimestamp(instant, ZoneInfo(changing)).date().isoformat()
             lines.append(f"   DST {label} in {where} ({before} -> {after}):"
                          + ("" if day else " no fire within 2 hours of the change"))
-            lines.extend(_rows(side, zone, [t for t in day if t not in shown]))
+            lines.extend(_rows(side, zone, day))  # shown even when the head had them
             shown.update(day)
         differing = [t for t in side.differences if t not in shown]
         if differing:

@@ -241,14 +241,13 @@ def convert(
             keys.append(("owner", owner))
         keys.append(("description", f"Celery beat entry {d['key']!r}"))
         entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
-                             notes=tuple(d["notes"]), old=d["schedule"]))  # fmt: skip
-    relay = _relay(source, entries, drafts)
+                             notes=tuple(d["notes"]), old=d["schedule"], queue=d["queue"]))  # fmt: skip
     stem = naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
     return Conversion(
         source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
                                *HEADER),
         entries=tuple(entries), problems=tuple(problems), stem=stem,
-        extra=((f"{stem}.relay.toml.example", relay),) if entries else (),
+        extra_for=lambda kept: ((f"{stem}.relay.toml.example", _relay(source, kept)),),
     )  # fmt: skip
 
 
@@ -265,7 +264,9 @@ def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None,
         if reason:
             return None, [reason]
         when = ("cron", cron)
-    elif isinstance(sched, schedule | timedelta | int | float) and not isinstance(sched, bool):
+    elif type(sched) is schedule or (  # a subclass may compute its own times: refused below
+        isinstance(sched, timedelta | int | float) and not isinstance(sched, bool)
+    ):
         relative = bool(item.get("relative")) or bool(getattr(sched, "relative", False))
         seconds = _seconds(sched.run_every if isinstance(sched, schedule) else sched)
         if seconds < 1 or seconds != int(seconds):
@@ -300,12 +301,12 @@ def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None,
             "queue": queue, "schedule": sched}, ["", *warnings]  # fmt: skip
 
 
-def _relay(source: str, entries: list[Entry], drafts: list[tuple[str, dict[str, Any]]]) -> str:
+def _relay(source: str, entries: tuple[Entry, ...]) -> str:
     from cronkeeper.importing.render import string
 
     by_queue: dict[str | None, list[str]] = {}
-    for entry, (_, d) in zip(entries, drafts, strict=True):
-        by_queue.setdefault(d["queue"], []).append(entry.name)
+    for entry in entries:
+        by_queue.setdefault(entry.queue, []).append(entry.name)
     lines = [
         f"# A suggested relay config (SPEC §11) for the schedules imported from {source}:",
         "# every imported schedule is a Celery task, so each is routed to the app's broker.",

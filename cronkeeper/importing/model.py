@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ class Entry:
     notes: tuple[str, ...] = ()
     # For --compare: what the old system ran (cron fields, zone; or the Celery schedule object).
     old: Any = field(default=None, compare=False)
+    queue: str | None = None  # Celery: the queue its options named (for the relay suggestion)
 
     def get(self, key: str) -> Any:
         return dict(self.keys).get(key)
@@ -48,6 +50,10 @@ class Conversion:
     problems: tuple[Problem, ...]
     stem: str  # output file name without .toml
     extra: tuple[tuple[str, str], ...] = ()  # (file name, text): e.g. a suggested relay config
+    # Builds ``extra`` from the entries that survive validation (render calls it).
+    extra_for: Callable[[tuple[Entry, ...]], tuple[tuple[str, str], ...]] | None = field(
+        default=None, compare=False
+    )
 
     @property
     def left_out(self) -> int:

@@ -94,9 +94,12 @@ def render(conversion: Conversion, now: datetime) -> tuple[str, Conversion]:
         kept.append(entry)
         parts.append(text)
     problems.sort(key=_order)
+    extra = conversion.extra
+    if conversion.extra_for is not None:
+        extra = conversion.extra_for(tuple(kept)) if kept else ()
     result = Conversion(
         source=conversion.source, header=conversion.header, entries=tuple(kept),
-        problems=tuple(problems), stem=conversion.stem, extra=conversion.extra,
+        problems=tuple(problems), stem=conversion.stem, extra=extra,
     )  # fmt: skip
     return "\n".join(parts), result
 

@@ -169,3 +169,73 @@ def test_the_reference_applies_the_acceptance_rules() -> None:
         "2026-03-08T07:00:00+00:00",
         "2026-03-09T06:30:00+00:00",
     ]
+
+
+# --- the field parser against an independent one -------------------------------------------------
+# The references above reuse parse_cron's field sets; this one does not. Written from crontab(5)
+# and cronie's entry.c (get_list / get_range): items split on ',', a range 'a-b' or '*', an
+# optional '/step', names case-insensitive, day-of-week 7 is Sunday and a range may end on it
+# ('fri-sun' = 5-7). Issue 9 §4's differential run found no arithmetic error; this keeps it so.
+
+_NAMES = {
+    3: ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+    4: ["sun", "mon", "tue", "wed", "thu", "fri", "sat"],
+}
+_BOUNDS = [(0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
+
+
+def _number(text: str, field: int) -> int:
+    if text.isdigit():
+        return int(text)
+    names = _NAMES[field]
+    return names.index(text.lower()) + (1 if field == 3 else 0)
+
+
+def independent_field(text: str, field: int) -> set[int]:
+    low, high = _BOUNDS[field]
+    out: set[int] = set()
+    for item in text.split(","):
+        body, _, step = item.partition("/")
+        if body == "*":
+            first, last = low, high
+        elif "-" in body:
+            a, b = body.split("-")
+            first, last = _number(a, field), _number(b, field)
+            if field == 4 and last == 0 and first > 0:  # "0-0" is Sunday alone
+                last = 7
+        else:
+            first = last = _number(body, field)
+        out.update(range(first, last + 1, int(step) if step else 1))
+    if field == 4 and 7 in out:
+        out = (out - {7}) | {0}
+    return out
+
+
+def _item(field: int) -> st.SearchStrategy[str]:
+    low, high = _BOUNDS[field]
+    value = st.integers(low, high).map(str)
+    if field in _NAMES:
+        names = _NAMES[field]
+        value = value | st.sampled_from(names + [n.upper() for n in names])
+
+    def ordered(pair: tuple[str, str]) -> bool:
+        a, b = (_number(x, field) for x in pair)
+        return a <= b or (field == 4 and b == 0 and a > 0)
+
+    ranged = st.tuples(value, value).filter(ordered).map("-".join)
+    step = st.integers(1, high - low).map(str)
+    return st.one_of(
+        value,
+        ranged,
+        st.just("*"),
+        st.tuples(st.just("*"), step).map("/".join),
+        st.tuples(ranged, step).map("/".join),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.tuples(*(st.lists(_item(f), min_size=1, max_size=3).map(",".join) for f in range(5))))
+def test_field_sets_match_an_independent_parser(fields: tuple[str, ...]) -> None:
+    e = parse_cron(" ".join(fields))
+    got = [set(e.minutes), set(e.hours), set(e.days), set(e.months), set(e.weekdays)]
+    assert got == [independent_field(text, f) for f, text in enumerate(fields)], fields

@@ -11,6 +11,13 @@ class UsageError(CronkeeperError):
     exit_code = 2
 
 
+class UnusableInput(CronkeeperError):
+    """`cronkeeper import` cannot read its input at all (not text, a directory, a module that
+    fails to import): nothing is written (SPEC §12)."""
+
+    exit_code = 2
+
+
 class ScheduleError(CronkeeperError):
     """Schedule files are invalid; ``diagnostics`` lists every problem."""
 

@@ -19,15 +19,12 @@ from datetime import UTC, datetime
 import click
 
 from cronkeeper import clock
-from cronkeeper.errors import CronkeeperError, UsageError
-from cronkeeper.importing.model import Conversion, UnusableInput
+from cronkeeper.errors import UnusableInput as Unusable
+from cronkeeper.errors import UsageError
+from cronkeeper.importing.model import Conversion
 
 MAX_BYTES = 16 * 1024 * 1024
 MISFIRE = click.Choice(["skip", "catch_up", "latest"])
-
-
-class Unusable(CronkeeperError):
-    exit_code = 2
 
 
 def read_text(path: str) -> str:
@@ -191,12 +188,9 @@ def celery_beat_command(app_spec, timezone, misfire, owner, output, compare, day
 
     _check_output(output)
     begin = _start(start)
-    try:
-        app = celerybeat.load_app(app_spec)
-        conversion = celerybeat.convert(app, source=app_spec, misfire=misfire, owner=owner,
-                                        timezone=timezone)  # fmt: skip
-    except UnusableInput as exc:
-        raise Unusable(str(exc)) from None
+    app = celerybeat.load_app(app_spec)  # UnusableInput: exit 2, nothing written
+    conversion = celerybeat.convert(app, source=app_spec, misfire=misfire, owner=owner,
+                                    timezone=timezone)  # fmt: skip
 
     def show(done: Conversion) -> str:
         sides = cmp.celery_sides(done.entries, begin, days, celerybeat.beat_fires)

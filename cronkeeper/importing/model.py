@@ -6,10 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronkeeper.errors import UnusableInput
 
-class UnusableInput(Exception):  # noqa: N818 - mapped to exit 2 by the CLI, message is the text
-    """The input cannot be read at all (not text, a directory, a module that fails to import):
-    nothing is written."""
+__all__ = ["Conversion", "Entry", "Problem", "UnusableInput"]
 
 
 @dataclass(frozen=True, slots=True)

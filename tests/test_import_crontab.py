@@ -325,3 +325,17 @@ def test_names_are_unique_and_stable() -> None:
     assert unique(["a", "b", "a", "a", ""]) == ["a", "b", "a-2", "a-3", "job"]
     long = "x" * 60
     assert unique([long, long])[1] == "x" * 58 + "-2"
+
+
+def test_a_group_writable_output_directory_is_warned_about(tmp_path) -> None:
+    """validate refuses command schedules in a directory others can write: say so at once."""
+    out = tmp_path / "shared"
+    out.mkdir()
+    out.chmod(0o777)
+    source = tmp_path / "c"
+    source.write_text("0 1 * * * /bin/true\n")
+    done = cli("import", "crontab", str(source), "--timezone", "UTC", "--misfire", "skip",
+               "-o", str(out))  # fmt: skip
+    assert done.returncode == 0
+    assert f"warning: {out} is writable by group or others (mode 0777)" in done.stderr
+    assert cli("validate", str(out)).returncode == 1  # what the warning predicted

@@ -63,6 +63,11 @@ def read_text(path: str) -> str:
 
 def _write(directory: str, files: list[tuple[str, str]]) -> None:
     os.makedirs(directory, mode=0o755, exist_ok=True)
+    mode = os.stat(directory).st_mode
+    if mode & 0o022:
+        click.echo(f"warning: {directory} is writable by group or others (mode "
+                   f"{mode & 0o777:04o}): validate and the worker refuse 'command' schedules "
+                   f"there; run chmod go-w {directory}", err=True)  # fmt: skip
     for name, text in files:
         target = os.path.join(directory, name)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")

@@ -285,7 +285,7 @@ def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None,
                       "timedelta, a number of seconds and schedule() can be converted"]  # fmt: skip
     payload, reason = _payload(app, task, item.get("args"), item.get("kwargs"))
     if reason:
-        return None, [reason, *warnings]
+        return None, [reason]
     options = dict(item.get("options") or {})
     queue = options.pop("queue", None)
     if queue is not None:

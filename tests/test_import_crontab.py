@@ -339,3 +339,20 @@ def test_a_group_writable_output_directory_is_warned_about(tmp_path) -> None:
     assert done.returncode == 0
     assert f"warning: {out} is writable by group or others (mode 0777)" in done.stderr
     assert cli("validate", str(out)).returncode == 1  # what the warning predicted
+
+
+def test_a_name_another_file_of_the_directory_defines_is_warned_about(tmp_path) -> None:
+    out = tmp_path / "schedules"
+    for host in ("web01", "web02"):
+        (tmp_path / host).write_text("0 2 * * * /usr/local/bin/backup.sh\n")
+        done = cli("import", "crontab", str(tmp_path / host), "--timezone", "UTC", "--misfire",
+                   "skip", "-o", str(out))  # fmt: skip
+        assert done.returncode == 0
+    assert "schedule 'backup' is also defined in" in done.stderr
+    again = cli("import", "crontab", str(tmp_path / "web02"), "--timezone", "UTC", "--misfire",
+                "skip", "-o", str(out))  # fmt: skip  (its own file is not a clash)
+    assert "also defined" in again.stderr  # web01.toml still defines it
+    (out / "web01.toml").unlink()
+    clean = cli("import", "crontab", str(tmp_path / "web02"), "--timezone", "UTC", "--misfire",
+                "skip", "-o", str(out))  # fmt: skip
+    assert "also defined" not in clean.stderr

@@ -82,6 +82,25 @@ def _write(directory: str, files: list[tuple[str, str]]) -> None:
             raise
 
 
+def _warn_clashes(directory: str, written: str, names: list[str]) -> None:
+    """Names already defined by the other schedule files of DIR: validate refuses duplicates."""
+    if not os.path.isdir(directory):
+        return
+    from cronkeeper.spec import load_paths
+
+    others = [
+        os.path.join(directory, f) for f in sorted(os.listdir(directory))
+        if f.endswith(".toml") and f != written and not f.startswith(".")
+    ]  # fmt: skip
+    if not others:
+        return
+    existing = {s.name: s for s in load_paths(others, now=clock.wall()).schedules.specs}
+    for name in names:
+        if name in existing:
+            click.echo(f"warning: schedule '{name}' is also defined in {directory}; validate "
+                       "refuses a name defined twice: rename one", err=True)  # fmt: skip
+
+
 def _start(value: str | None) -> datetime:
     from cronkeeper.timing import parse_instant
 
@@ -102,6 +121,7 @@ def _finish(conversion: Conversion, output: str | None, compare, days: int) -> N
     for problem in conversion.problems:
         click.echo(problem.render(), err=True)
     if output is not None:
+        _warn_clashes(output, f"{conversion.stem}.toml", [e.name for e in conversion.entries])
         files = [(f"{conversion.stem}.toml", text)] if conversion.entries else []
         files += list(conversion.extra)
         _write(output, files)

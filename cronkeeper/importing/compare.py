@@ -29,6 +29,7 @@ class Side:
     old: list[int]  # Unix seconds, ascending, may repeat
     new: list[int]
     daemon_zone: str | None = None  # cronie's own zone, when the job has its own (CRON_TZ)
+    until: datetime | None = None  # set when the old side was simulated over a shorter span
 
     @property
     def differences(self) -> list[int]:
@@ -118,6 +119,9 @@ def render(sides: Sequence[Side], old_label: str, days: int, start: datetime) ->
                 lines.append(f"   ... and {len(differing) - MAX_DIFFERENCES_SHOWN} more")
         n = len(side.differences)
         total_diff += n
+        if side.until is not None:
+            lines.append(f"   (compared up to {side.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} "
+                         "only: a schedule this frequent is simulated for fewer days)")
         lines.append(
             f"   {len(side.old)} {old_label} fires, {len(side.new)} cronkeeper fires in {days} "
             f"days; {n} instant{'s differ' if n != 1 else ' differs'}" + (" (marked !)" if n else "")
@@ -147,7 +151,12 @@ def crontab_sides(
 
 def celery_sides(
     entries: Sequence[Entry], start: datetime, days: int,
-    fires: Callable[[object, datetime, datetime], list[int]],
+    fires: Callable[[object, datetime, datetime], tuple[list[int], datetime]],
 ) -> list[Side]:  # fmt: skip
     end = start + timedelta(days=days)
-    return [Side(e, fires(e.old, start, end), cronkeeper_fires(e, start, end)) for e in entries]
+    sides = []
+    for e in entries:
+        old, reached = fires(e.old, start, end)
+        sides.append(Side(e, old, cronkeeper_fires(e, start, reached),
+                          until=reached if reached < end else None))  # fmt: skip
+    return sides

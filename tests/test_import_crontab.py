@@ -100,6 +100,7 @@ def test_each_left_out_line_is_reported_with_its_line_and_reason(converted) -> N
         number = lines_of(lines, reason)
         assert text[number - 1] == source_line, reason
     assert "6 left out" in done.stderr and "26 schedules converted" in done.stderr
+    assert lines[5].startswith("warning: MAILTO: cronkeeper mails no output")
 
 
 def lines_of(lines: dict[int, str], needle: str) -> int:

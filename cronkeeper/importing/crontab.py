@@ -49,6 +49,14 @@ _BUILTINS = {"cd", "export", "source", ".", "if", "for", "while", "until", "case
              "ulimit", "umask", "eval", "trap", "alias", "read", "unset", "time", "!", "[[", "{"}
 _CRON_VARIABLES = {"MAILTO", "MAILFROM", "CRON_TZ", "SHELL", "RANDOM_DELAY", "CONTENT_TYPE",
                    "CONTENT_TRANSFER_ENCODING"}  # cron's own; not passed to the command
+_MAIL_VARIABLES = {
+    "MAILTO": "MAILTO: cronkeeper mails no output; the address becomes the owner of the entries "
+              "below (alerted about their dead letters and misses) unless --owner is given",
+    "MAILFROM": "MAILFROM: cronkeeper mails no output; not carried over",
+    "CONTENT_TYPE": "CONTENT_TYPE: cronkeeper mails no output; not carried over",
+    "CONTENT_TRANSFER_ENCODING": "CONTENT_TRANSFER_ENCODING: cronkeeper mails no output; not "
+                                 "carried over",
+}
 _TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
 HEADER = (
     "Differences from cron, for every schedule below:",
@@ -195,6 +203,8 @@ def convert(
         variable = _env_line(line)
         if variable is not None:
             env[variable[0]] = variable[1]
+            if variable[0] in _MAIL_VARIABLES:
+                problems.append(Problem(where, _MAIL_VARIABLES[variable[0]], left_out=False))
             continue
         draft = _entry(line, where, number, env, timezone, system, problems)
         if draft is not None:

@@ -55,12 +55,30 @@ def _parse_instant(value: str, option: str) -> datetime:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def _set_paused(database_url, schema, name: str, paused: bool) -> None:
-    db = open_database(database_url, schema)
-    with translate_errors("updating the schedule"), db.engine.begin() as conn:
+def set_paused(engine, name: str, paused: bool, who: str) -> None:
+    """Pause or resume a schedule that is in force (``pause``, ``resume`` and the web)."""
+    with translate_errors("updating the schedule"), engine.begin() as conn:
         raw = conn.connection.driver_connection
         _live_version(raw, name)
-        dbs.controls_set(raw, name, paused, _who())
+        dbs.controls_set(raw, name, paused, who)
+
+
+def trigger_job(engine, name: str) -> tuple[int, str]:
+    """Write one manual job for a schedule now: (job id, idempotency key)."""
+    with translate_errors("writing the job"), engine.begin() as conn:
+        raw = conn.connection.driver_connection
+        version = _live_version(raw, name)
+        spec, _ = stored_spec(version)
+        now = dbs.db_now(raw)
+        row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
+        key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+        row = dataclasses.replace(row, key=key, run_after=now)
+        return dbs.outbox_insert_manual(raw, row), key
+
+
+def _set_paused(database_url, schema, name: str, paused: bool) -> None:
+    db = open_database(database_url, schema)
+    set_paused(db.engine, name, paused, _who())
     state = "paused: its periods are recorded as skipped (paused)" if paused else "resumed"
     click.echo(f"schedule {safe(name)!r} {state}")
 
@@ -87,15 +105,7 @@ def resume_command(database_url, schema, cluster, name) -> None:
 def trigger_command(database_url, schema, cluster, name) -> None:
     """Write one manual job for a schedule now (no period is claimed)."""
     db = open_database(database_url, schema)
-    with translate_errors("writing the job"), db.engine.begin() as conn:
-        raw = conn.connection.driver_connection
-        version = _live_version(raw, name)
-        spec, _ = stored_spec(version)
-        now = dbs.db_now(raw)
-        row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
-        key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
-        row = dataclasses.replace(row, key=key, run_after=now)
-        job_id = dbs.outbox_insert_manual(raw, row)
+    job_id, key = trigger_job(db.engine, name)
     click.echo(f"job {job_id} written for {safe(name)!r} (idempotency key {key})")
 
 

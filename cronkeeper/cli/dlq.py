@@ -42,26 +42,74 @@ def filters(func):
     return func
 
 
-def _select(database_url, schema, schedule, task, older_than, newer_than, ids=None) -> tuple[Any, list[dict]]:
-    from cronkeeper.cli.connect import open_database
+def select_dead(engine, schedule, task, older_than, newer_than, ids=None) -> list[dict]:
+    """The dead letters a filter selects (ages as durations such as ``2h``), oldest first:
+    what ``dlq list``, ``replay``, ``discard`` and the web's dead-letter pages act on."""
     from cronkeeper.db.attempts import outbox_dead_list
     from cronkeeper.db.engine import translate_errors
 
-    db = open_database(database_url, schema)
     older, newer = _age(older_than), _age(newer_than)
-    with translate_errors("reading dead letters"), db.engine.connect() as conn:
+    with translate_errors("reading dead letters"), engine.connect() as conn:
         now = conn.exec_driver_sql("SELECT now()").scalar()
-        rows = outbox_dead_list(
+        return outbox_dead_list(
             conn, schedule=schedule, task=task,
             dead_before=now - timedelta(seconds=older) if older is not None else None,
             dead_after=now - timedelta(seconds=newer) if newer is not None else None,
             ids=ids, limit=100_000,
         )
-    return db, rows
+
+
+def _select(database_url, schema, schedule, task, older_than, newer_than, ids=None) -> tuple[Any, list[dict]]:
+    from cronkeeper.cli.connect import open_database
+
+    db = open_database(database_url, schema)
+    return db, select_dead(db.engine, schedule, task, older_than, newer_than, ids)
 
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def list_document(rows: list[dict]) -> list[dict[str, Any]]:
+    """``dlq list --format json``: the web's ``/api/dlq`` is the same document."""
+    return [_item(r) for r in rows]
+
+
+def show_document(engine, row: dict) -> dict[str, Any]:
+    """``dlq show --format json``: one dead letter with every attempt."""
+    from cronkeeper.db.attempts import attempts_for_job
+
+    with engine.connect() as conn:
+        attempts = attempts_for_job(conn, row["id"])
+    return {**_item(row), "payload": row["payload"], "owner": row["owner"],
+            "max_attempts": row["max_attempts"], "scheduled_for": _iso(row["scheduled_for"]),
+            "created_at": _iso(row["created_at"]),
+            "attempt_log": [{**a, "started_at": _iso(a["started_at"]),
+                             "finished_at": _iso(a["finished_at"])} for a in attempts]}
+
+
+def dumps(doc: Any) -> str:
+    return json.dumps(doc, indent=2)
+
+
+def tasks_touched(rows: list[dict]) -> dict[str, int]:
+    """How many of the selected jobs each task has (what a replay or discard states)."""
+    tasks: dict[str, int] = {}
+    for r in rows:
+        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
+    return dict(sorted(tasks.items()))
+
+
+def apply(engine, verb: str, ids: list[int]) -> list[int]:
+    """Replay or discard exactly these dead letters (those still dead); returns the ids done."""
+    from cronkeeper.db import attempts as db_attempts
+    from cronkeeper.db.engine import translate_errors
+
+    with translate_errors(f"{verb} of dead letters"), engine.begin() as conn:
+        if verb == "replay":
+            db_attempts.attempts_archive(conn, ids)
+            return db_attempts.outbox_dead_replay(conn, ids)
+        return db_attempts.outbox_dead_discard(conn, ids)
 
 
 def _item(row: dict) -> dict[str, Any]:
@@ -83,7 +131,7 @@ def list_command(database_url, schema, cluster, schedule, task, older_than, newe
     """List dead letters, oldest first."""
     _, rows = _select(database_url, schema, schedule, task, older_than, newer_than)
     if fmt == "json":
-        click.echo(json.dumps([_item(r) for r in rows], indent=2))
+        click.echo(dumps(list_document(rows)))
         return
     if not rows:
         click.echo("no dead letters")
@@ -105,18 +153,9 @@ def show_command(database_url, schema, cluster, job_id, fmt) -> None:
     db, rows = _select(database_url, schema, None, None, None, None, ids=[job_id])
     if not rows:
         raise CronkeeperError(f"no dead letter with id {job_id}")
-    from cronkeeper.db.attempts import attempts_for_job
-
-    with db.engine.connect() as conn:
-        attempts = attempts_for_job(conn, job_id)
-    row = rows[0]
-    item = {**_item(row), "payload": row["payload"], "owner": row["owner"],
-            "max_attempts": row["max_attempts"], "scheduled_for": _iso(row["scheduled_for"]),
-            "created_at": _iso(row["created_at"]),
-            "attempt_log": [{**a, "started_at": _iso(a["started_at"]),
-                             "finished_at": _iso(a["finished_at"])} for a in attempts]}
+    item = show_document(db.engine, rows[0])
     if fmt == "json":
-        click.echo(json.dumps(item, indent=2))
+        click.echo(dumps(item))
         return
     for key in ("id", "idempotency_key", "schedule", "task", "owner", "scheduled_for", "created_at",
                 "dead_at", "attempts", "max_attempts", "last_error"):
@@ -128,10 +167,7 @@ def show_command(database_url, schema, cluster, job_id, fmt) -> None:
 
 
 def _confirm(verb: str, rows: list[dict], yes: bool) -> None:
-    tasks: dict[str, int] = {}
-    for r in rows:
-        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
-    summary = ", ".join(f"{safe(t)} ({n})" for t, n in sorted(tasks.items()))
+    summary = ", ".join(f"{safe(t)} ({n})" for t, n in tasks_touched(rows).items())
     click.echo(f"{verb} {len(rows)} dead letter{'s' if len(rows) != 1 else ''}: tasks {summary}")
     if verb == "replay":
         click.echo("replay re-executes real side effects (charges, emails, webhooks)")
@@ -145,22 +181,13 @@ def _confirm(verb: str, rows: list[dict], yes: bool) -> None:
 
 
 def _act(verb: str, database_url, schema, schedule, task, older_than, newer_than, ids, yes) -> None:
-    from cronkeeper.db import attempts as db_attempts
-    from cronkeeper.db.engine import translate_errors
-
     db, rows = _select(database_url, schema, schedule, task, older_than, newer_than,
                        ids=list(ids) or None)
     if not rows:
         click.echo(f"no dead letters match; nothing to {verb}")
         return
     _confirm(verb, rows, yes)
-    chosen = [r["id"] for r in rows]
-    with translate_errors(f"{verb} of dead letters"), db.engine.begin() as conn:
-        if verb == "replay":
-            db_attempts.attempts_archive(conn, chosen)
-            done = db_attempts.outbox_dead_replay(conn, chosen)
-        else:
-            done = db_attempts.outbox_dead_discard(conn, chosen)
+    done = apply(db.engine, verb, [r["id"] for r in rows])
     past = {"replay": "replayed", "discard": "discarded"}[verb]
     click.echo(f"{past} {len(done)} job{'s' if len(done) != 1 else ''}")
 

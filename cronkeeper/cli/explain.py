@@ -54,6 +54,11 @@ def story(conn: Any, key: str) -> dict[str, Any]:
     }
 
 
+def dumps(result: dict[str, Any]) -> str:
+    """``explain --format json``: the web's ``/api/explain/KEY`` is the same text."""
+    return json.dumps(result, indent=2, default=str)
+
+
 @click.command("explain")
 @database_options
 @click.argument("key")
@@ -67,7 +72,7 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
     with translate_errors("reading the period's story"), db.engine.connect() as conn:
         result = story(conn, key)
     if fmt == "json":
-        click.echo(json.dumps(result, indent=2, default=str))
+        click.echo(dumps(result))
         return
     click.echo(f"key: {safe(key)}")
     d = result["decision"]

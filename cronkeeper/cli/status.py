@@ -131,6 +131,11 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     return doc
 
 
+def dumps(doc: dict[str, Any]) -> str:
+    """``status --format json``: the web's ``/api/status`` is the same text."""
+    return json.dumps(doc, indent=2, default=str)
+
+
 def diagnose(doc: dict[str, Any], periods: dict[str, float | None]) -> list[str]:
     """What is wrong, in words, from the gathered facts (pure)."""
     out: list[str] = []
@@ -249,6 +254,6 @@ def status_command(database_url, schema, cluster, fmt, leader_timeout) -> None:
         db.engine.dispose()
     doc["database"] = redact(db.url)
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, default=str))
+        click.echo(dumps(doc))
     else:
         click.echo(render(doc))

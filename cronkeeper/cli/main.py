@@ -26,6 +26,7 @@ COMMANDS = {
     "explain": "explain",
     "history": "history",
     "import": "import_cmd",
+    "web": "web",
 }
 
 

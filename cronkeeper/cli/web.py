@@ -1,0 +1,72 @@
+"""cronkeeper web: the read-only view of the cluster, in a browser (SPEC §13; docs/web.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import click
+
+from cronkeeper import logs
+from cronkeeper.cli.common import database_options
+from cronkeeper.errors import CronkeeperError
+
+log = logging.getLogger("cronkeeper.web")
+
+
+@click.command("web")
+@database_options
+@click.option("--address", envvar="CRONKEEPER_WEB_ADDRESS", default="127.0.0.1:9480",
+              show_default=True, help="HOST:PORT to listen on (env CRONKEEPER_WEB_ADDRESS). A "
+              "non-loopback address needs a token.")
+@click.option("--allow-actions", is_flag=True,
+              help="Allow pause, resume, trigger, and replay or discard of dead letters.")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None,
+              help="File holding the access token (else env CRONKEEPER_WEB_TOKEN).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True,
+              help="Another host name the server answers to (repeatable), e.g. the name a "
+              "reverse proxy forwards.")
+@click.option("--periods", type=click.IntRange(1, 500), default=48, show_default=True,
+              help="How many periods each strip shows.")
+@click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Requests served at once.")
+def web_command(database_url, schema, cluster, address, allow_actions, token_file,
+                allowed_hosts, periods, threads) -> None:
+    """Serve the schedules, their period strips, instances, queue and dead letters."""
+    from cronkeeper.web.security import WebConfig, check_bind, parse_address, read_token
+
+    logs.configure("text", "info")
+    host, port = parse_address(address)
+    token = read_token(os.environ.get("CRONKEEPER_WEB_TOKEN"), token_file)
+    check_bind(host, token)
+    try:
+        import waitress
+
+        from cronkeeper.web.app import Context, wsgi
+        from cronkeeper.web.pages import VersionsCache
+    except ImportError as exc:
+        raise CronkeeperError(
+            f"cronkeeper web needs its extra ({exc.name} is missing): "
+            "pip install 'cronkeeper[web]'") from None
+    from cronkeeper.cli.connect import open_database
+    from cronkeeper.db.engine import redact
+
+    db = open_database(database_url, schema, application_name="cronkeeper-web")
+    config = WebConfig.make(host, port, token, allow_actions, allowed_hosts, periods)
+    app = wsgi(Context(db.engine, schema, cluster, redact(db.url), config, VersionsCache()))
+    try:
+        server = waitress.create_server(app, host=host, port=port, threads=threads,
+                                        ident="cronkeeper")
+    except OSError as exc:
+        raise CronkeeperError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+    bound = server.effective_port  # type: ignore[union-attr]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"cronkeeper web listening on http://{shown}:{bound}/ "
+               f"({'actions allowed' if allow_actions else 'read-only'}"
+               f"{', token required' if token else ''}); Ctrl-C stops it", err=True)
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        db.engine.dispose()

@@ -1,0 +1,92 @@
+"""Statements behind ``cronkeeper web`` that the CLI does not already have: read-only, one
+function per statement, each naming the index it relies on. The rest of the web's reads are
+the same functions as ``status``, ``history``, ``dlq`` and the metrics (``db/audit.py``,
+``db/attempts.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+from cronkeeper.db.audit import raw
+
+
+def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
+    """(highest id, row count) of ``schedule_versions``: versions are only ever appended, so an
+    unchanged stamp means the parsed versions a reader keeps are still current. An index-only
+    look at the primary key plus a count."""
+    row = raw(conn).execute(
+        "SELECT coalesce(max(id), 0), count(*) FROM schedule_versions"
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def periods_windows(
+    conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
+    until: datetime,
+) -> dict[str, list[tuple]]:
+    """Each schedule's recorded periods in ``[since, until]`` (one ``since`` per schedule), with
+    their jobs, ascending, shaped as ``audit.Record`` like ``periods_range``. One statement for a
+    whole page of schedules: a range scan of the periods primary key per schedule, the job from
+    the outbox's ``outbox_schedule_period`` index."""
+    out: dict[str, list[tuple]] = {name: [] for name, _ in windows}
+    if not windows:
+        return out
+    with raw(conn).cursor(binary=True) as cur:
+        cur.execute(
+            """
+            SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
+                   CASE WHEN p.outcome = 'emitted' THEN
+                       extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
+                   o.state, o.attempts
+            FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+            JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
+                          AND p.scheduled_for <= %(until)s
+            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+                              AND p.outcome = 'emitted'
+            ORDER BY w.s, p.scheduled_for, o.id
+            """,
+            {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
+             "until": until},
+        )
+        for row in cur:
+            out[row[0]].append(row[1:])
+    return out
+
+
+def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> list[dict[str, Any]]:
+    """Every registered instance of the cluster, stale ones too, with its heartbeat's age in
+    seconds (the primary key's cluster prefix)."""
+    cur = raw(conn).execute(
+        """
+        SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
+               started_at, heartbeat_at, clock_skew_seconds,
+               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
+        FROM instances WHERE cluster = %(c)s
+        ORDER BY kind, instance_id
+        """,
+        {"c": cluster},
+    )
+    names = [d.name for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def outbox_attempts_per_job(
+    conn: sa.Connection | psycopg.Connection, seconds: float
+) -> tuple[int, int, int]:
+    """Jobs that finished (succeeded, published or dead) in the last ``seconds``: (jobs, their
+    attempts in total, the most attempts one took). The ``outbox_finished`` and ``outbox_dead``
+    partial indexes on ``finished_at``."""
+    row = raw(conn).execute(
+        """
+        SELECT count(*), coalesce(sum(attempts), 0), coalesce(max(attempts), 0) FROM outbox
+        WHERE state IN ('succeeded', 'published', 'dead')
+          AND finished_at > clock_timestamp() - make_interval(secs => %(s)s)
+        """,
+        {"s": seconds},
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])

@@ -1,0 +1,181 @@
+"""The WSGI application behind ``cronkeeper web``: Flask for routing and Jinja2 templates
+(autoescaped), served by waitress (threads: sync SQLAlchemy, our one concurrency model).
+
+This module holds the request gate (host allowlist, authentication, the POST rules; see
+``web.security``) and error pages; ``web.routes`` the pages and JSON mirrors;
+``web.actions`` the POSTs that exist only with ``--allow-actions``."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import Flask, Response, g, jsonify, redirect, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from cronkeeper import __version__
+from cronkeeper.errors import CronkeeperError
+from cronkeeper.web import security
+from cronkeeper.web.pages import VersionsCache
+from cronkeeper.web.security import AUTH_COOKIE, SESSION_COOKIE, WebConfig
+
+log = logging.getLogger("cronkeeper.web")
+OPEN_PATHS = ("/login", "/static/")
+
+
+@dataclass
+class Context:
+    """What every request handler needs: the database, where, and how to behave."""
+
+    engine: Any
+    schema: str
+    cluster: str
+    database: str  # the URL with its password hidden, as status shows it
+    config: WebConfig
+    cache: VersionsCache
+
+
+def ctx() -> Context:
+    from flask import current_app
+
+    return current_app.extensions["cronkeeper"]
+
+
+def create_app(context: Context) -> Flask:
+    app = Flask(__name__)
+    app.extensions["cronkeeper"] = context
+    app.jinja_env.globals.update(version=__version__, cluster=context.cluster)
+    app.jinja_env.autoescape = True  # every template, whatever its name ends with
+
+    @app.before_request
+    def gate() -> Response | None:
+        config = context.config
+        if not security.host_allowed(request.host, config):
+            return _error(400, "this server does not answer to the host name "
+                          f"{request.host!r} (start it with --allowed-host NAME to allow it)")
+        g.sid = request.cookies.get(SESSION_COOKIE) or ""
+        g.new_sid = None
+        if len(g.sid) != 32:
+            g.sid = g.new_sid = secrets.token_hex(16)
+        g.csrf = config.csrf_token(g.sid)
+        g.actions = config.allow_actions
+        g.authed = _authenticated(config)
+        if request.method == "POST":
+            return _check_post(config)
+        given = request.args.get("token")
+        if config.token and given is not None and security.same_token(given, config.token):
+            return _login_redirect(_without_token())
+        if config.token and not g.authed:
+            if request.path.startswith(OPEN_PATHS) and given is None:
+                return None
+            if given is not None or request.path.startswith("/api/") or _bearer():
+                return _error(401, "a valid token is needed", bearer=True)
+            resp = Response(render_template("login.html", next=request.full_path.rstrip("?"),
+                                            failed=False), 401)
+            return resp
+        return None
+
+    @app.after_request
+    def cookies(resp: Response) -> Response:
+        if getattr(g, "new_sid", None):
+            resp.set_cookie(SESSION_COOKIE, g.new_sid, httponly=True, samesite="Strict",
+                            path="/")
+        login = getattr(g, "login_sid", None)
+        if login:
+            resp.set_cookie(AUTH_COOKIE, context.config.auth_cookie(login), httponly=True,
+                            samesite="Strict", path="/")
+        return resp
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException):
+        return _error(exc.code or 500, exc.description or exc.name)
+
+    @app.errorhandler(CronkeeperError)
+    def cronkeeper_error(exc: CronkeeperError):
+        return _error(503, str(exc))
+
+    @app.errorhandler(Exception)
+    def crash(exc: Exception):
+        log.exception("web: internal error", extra={"action": "web_error"})
+        return _error(500, f"internal error ({type(exc).__name__}); see the server's log")
+
+    from cronkeeper.web import actions, routes
+
+    routes.register(app)
+    actions.register(app)
+    return app
+
+
+def wsgi(context: Context):
+    """The application with the security headers on every response."""
+    app = create_app(context)
+    app.wsgi_app = security.SecurityHeaders(app.wsgi_app)  # type: ignore[method-assign]
+    return app
+
+
+def _bearer() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def _authenticated(config: WebConfig) -> bool:
+    if not config.token:
+        return True
+    bearer = _bearer()
+    if bearer is not None:
+        return security.same_token(bearer, config.token)
+    cookie = request.cookies.get(AUTH_COOKIE)
+    return bool(cookie and not g.new_sid
+                and security.same_token(cookie, config.auth_cookie(g.sid)))
+
+
+def _check_post(config: WebConfig) -> Response | None:
+    if request.path != "/login" and not config.allow_actions:
+        return _error(403, "read-only: this server was started without --allow-actions")
+    if security.cross_site(request.headers.get("Sec-Fetch-Site")):
+        return _error(403, "refused: the request comes from another site")
+    if g.new_sid or not security.same_token(request.form.get("csrf"), g.csrf):
+        return _error(403, "refused: the form's CSRF token is missing or stale; reload the page "
+                      "and try again")
+    if request.path == "/login":
+        return None
+    if config.token and not g.authed:
+        return _error(401, "a valid token is needed", bearer=True)
+    return None
+
+
+def _without_token() -> str:
+    args = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
+    return request.path + (f"?{urlencode(args)}" if args else "")
+
+
+def _login_redirect(target: str) -> Response:
+    """Exchange a good token for the session cookie, and go where the user was going."""
+    if not target.startswith("/") or target.startswith("//"):
+        target = "/"
+    g.login_sid = g.sid
+    return redirect(target, code=303)
+
+
+def login_post() -> Response:
+    config = ctx().config
+    if config.token and security.same_token(request.form.get("token"), config.token):
+        return _login_redirect(request.form.get("next") or "/")
+    return Response(render_template("login.html", next=request.form.get("next") or "/",
+                                    failed=True), 401)
+
+
+def _error(code: int, message: str, *, bearer: bool = False) -> Response:
+    wants_json = request.path.startswith("/api/")
+    if wants_json:
+        resp = jsonify({"error": message, "status": code})
+        resp.status_code = code
+    else:
+        resp = Response(render_template("error.html", code=code, message=message), code)
+    if bearer:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="cronkeeper"'
+    return resp

@@ -1,0 +1,238 @@
+"""What each page shows, read from the database through ``db/`` and the CLI's own functions
+(``status.gather``, ``history.collect``, ``dlq.select_dead``, ``explain.story``), so a page
+and its JSON mirror never disagree. Returns plain values for the templates."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from itertools import islice
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cronkeeper.audit import DEFAULT_RETENTION_DAYS, Version, records_from_rows, versions_from_rows
+from cronkeeper.db import audit as dba
+from cronkeeper.db import dashboard as dbd
+from cronkeeper.db.engine import translate_errors
+from cronkeeper.timing.describe import describe
+from cronkeeper.timing.dst import dst_anomalies
+from cronkeeper.web.strip import CellState, Strip, build_strip, relative, utc, window_start
+from cronkeeper.web.svg import strip_svg
+
+PER_PAGE = 100
+LIVE_WITHIN = 30.0  # seconds: an instance whose heartbeat is older is marked stale
+FAR = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+class VersionsCache:
+    """Parsed schedule versions, re-read only when ``schedule_versions`` changed (it is only
+    ever appended to): parsing ten thousand stored specs on every page would cost more than
+    the page. Trigger objects are kept per version id too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._versions: dict[str, list[Version]] = {}
+        self.triggers: dict = {}
+
+    def get(self, conn: Any) -> dict[str, list[Version]]:
+        stamp = dbd.versions_stamp(conn)
+        with self._lock:
+            if stamp != self._stamp:
+                self._versions = versions_from_rows(dba.versions_all(conn))
+                self._stamp = stamp
+            return self._versions
+
+
+def _local(when: datetime | None, zone: ZoneInfo) -> str | None:
+    return when.astimezone(zone).isoformat() if when else None
+
+
+def _next_after(version: Version, latest: tuple | None) -> datetime:
+    return max(version.active_from, latest[0]) if latest else version.active_from
+
+
+def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
+              state: str | None = None, page: int = 1, per_page: int = PER_PAGE,
+              periods: int = 48, retention_days: float = DEFAULT_RETENTION_DAYS) -> dict:
+    """The schedules page: one row per schedule in force, with its strip. A state filter
+    (``missing``, ``dead``, ... or ``paused``) looks at every schedule's strip; without one,
+    only the shown page's strips are computed."""
+    with translate_errors("reading the schedules"), engine.connect() as conn:
+        now = dba.session_utc(conn)
+        versions = cache.get(conn)
+        current = {n: v for n, v in versions.items() if v[-1].spec is not None}
+        owners = sorted({v[-1].spec.owner for v in current.values() if v[-1].spec.owner})
+        names = sorted(n for n in current if not owner or current[n][-1].spec.owner == owner)
+        paused = dba.controls_all(conn)
+        if state == "paused":
+            names = [n for n in names if paused.get(n)]
+        first = (page - 1) * per_page
+        strip_state = state if state in {s.value for s in CellState} else None
+        chosen = names if strip_state else names[first:first + per_page]
+        windows = [(n, window_start(current[n], now, periods, retention_days)) for n in chosen]
+        records = dbd.periods_windows(conn, windows, now)
+        strips: dict[str, Strip] = {}
+        for name, since in windows:
+            strips[name] = build_strip(name, current[name], records_from_rows(records[name]),
+                                       since=since, now=now, periods=periods,
+                                       triggers=cache.triggers)
+        if strip_state:
+            names = [n for n in names if strips[n].count(CellState(strip_state))]
+            shown = names[first:first + per_page]
+        else:
+            shown = chosen
+        latest = dba.periods_latest(conn, shown)
+        conn.rollback()
+    rows = []
+    for name in shown:
+        version = current[name][-1]
+        spec = version.spec
+        zone = ZoneInfo(spec.timezone)
+        last = latest.get(name)
+        upcoming = cache.triggers.get(version.version_id) or spec.trigger()
+        nxt = upcoming.next_fire(_next_after(version, last))
+        strip = strips[name]
+        rows.append({
+            "name": name, "owner": spec.owner, "description": spec.description,
+            "when": describe(spec.cron, spec.every), "cron": spec.cron or f"every {spec.every:g}s",
+            "timezone": spec.timezone, "local_now": now.astimezone(zone).strftime(
+                "%Y-%m-%d %H:%M %Z (UTC%z)"),
+            "last": None if last is None else {
+                "scheduled_for": utc(last[0]), "outcome": last[1], "reason": last[2],
+                "job_state": last[4]},
+            "next_local": _local(nxt, zone), "next_utc": utc(nxt) if nxt else None,
+            "next_relative": relative((nxt - now).total_seconds()) if nxt else None,
+            "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
+            "paused": bool(paused.get(name)), "strip": strip_svg(strip),
+            "missing": strip.count(CellState.MISSING), "dead": strip.count(CellState.DEAD),
+        })
+    return {"now": utc(now), "rows": rows, "owners": owners, "total": len(names),
+            "page": page, "pages": max(1, -(-len(names) // per_page)), "periods": periods}
+
+
+def next_fires(version: Version, after: datetime, count: int = 10) -> list[dict]:
+    """The next fires, each with the DST note that applies to it (a fixed-time cron's gap or
+    fold from ``timing.dst``; for any schedule, a change of UTC offset since the fire before)."""
+    spec = version.spec
+    trigger = spec.trigger()
+    zone = ZoneInfo(spec.timezone)
+    fires = list(islice(trigger.fires(after, FAR), count))
+    notes = {}
+    if fires:
+        notes = {a.fires_at: a for a in dst_anomalies(trigger, after, fires[-1])}
+    out = []
+    previous = after.astimezone(zone).utcoffset()
+    for at in fires:
+        local = at.astimezone(zone)
+        note, kind = None, None
+        if at in notes:
+            note, kind = notes[at].message, notes[at].kind.value
+        elif local.utcoffset() != previous:
+            kind = "shift"
+            note = (f"the UTC offset changes before this fire ({_offset(previous)} -> "
+                    f"{_offset(local.utcoffset())}): a DST transition")
+        elif local.fold or local.replace(fold=1).utcoffset() != local.utcoffset():
+            kind = "fold"
+            note = ("this local time occurs twice (DST fold); an elapsed-time schedule fires at "
+                    "each occurrence")
+        previous = local.utcoffset()
+        out.append({"utc": utc(at), "local": local.isoformat(), "zone": local.tzname(),
+                    "kind": kind, "note": note})
+    return out
+
+
+def _offset(delta: timedelta | None) -> str:
+    if delta is None:
+        return "?"
+    minutes = int(delta.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: int = 48,
+                    until: datetime | None = None,
+                    retention_days: float = DEFAULT_RETENTION_DAYS) -> dict | None:
+    """One schedule: its strip (ending at ``until``, default now), versions with validity,
+    next fires; None when the schedule is unknown."""
+    with translate_errors("reading the schedule"), engine.connect() as conn:
+        now = dba.session_utc(conn)
+        versions = cache.get(conn).get(name)
+        if not versions:
+            conn.rollback()
+            return None
+        end = min(until, now) if until else now
+        since = window_start(versions, end, periods, retention_days)
+        records = dbd.periods_windows(conn, [(name, since)], end)[name]
+        latest = dba.periods_latest(conn, [name]).get(name)
+        paused = bool(dba.controls_all(conn).get(name))
+        conn.rollback()
+    strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,
+                        until=end, periods=periods, triggers=cache.triggers)
+    current = versions[-1]
+    listed = []
+    for i, v in enumerate(versions):
+        until = versions[i + 1].active_from if i + 1 < len(versions) else None
+        listed.append({
+            "id": v.version_id, "from": utc(v.active_from), "until": utc(until) if until else None,
+            "removed": v.spec is None,
+            "when": describe(v.spec.cron, v.spec.every) if v.spec else None,
+            "spec": v.spec.to_json() if v.spec else None,
+        })
+    spec = current.spec
+    return {
+        "name": name, "now": utc(now), "spec": spec.to_json() if spec else None,
+        "when": describe(spec.cron, spec.every) if spec else None, "paused": paused,
+        "strip": strip_svg(strip), "counts": strip.counts(), "versions": listed[::-1],
+        "next": next_fires(current, _next_after(current, latest)) if spec else [],
+    }
+
+
+def instances(engine: Any, cluster: str, status_doc: dict) -> dict:
+    """Every instance (stale ones marked), the leader, and what disagrees."""
+    with translate_errors("reading the instances"), engine.connect() as conn:
+        dba.session_utc(conn)
+        every = dbd.instances_all(conn, cluster)
+        conn.rollback()
+    live = [i for i in every if i["heartbeat_age"] <= LIVE_WITHIN]
+    digests = {i["schedules_digest"] for i in live if i["kind"] == "scheduler"}
+    tzdata = {i["tzdata_version"] for i in live}
+    for i in every:
+        i["stale"] = i["heartbeat_age"] > LIVE_WITHIN
+        i["heartbeat_age"] = round(i["heartbeat_age"], 1)
+        i["heartbeat_at"] = utc(i["heartbeat_at"])
+        i["started_at"] = utc(i["started_at"])
+    term = status_doc["leader"]["term"] if status_doc["leader"] else None
+    return {"instances": every, "leader": status_doc["leader"], "term": term,
+            "last_leader": status_doc["last_leader"], "lock_key": status_doc["lock_key"],
+            "digests_disagree": len(digests) > 1, "tzdata_disagree": len(tzdata) > 1,
+            "diagnosis": status_doc["diagnosis"]}
+
+
+def queue(engine: Any, window: float = 300.0) -> dict:
+    """The four numbers, from the same statements as the metrics and ``status``: depth by
+    state, the oldest ready job's age, the failure rate and attempts per job."""
+    with translate_errors("reading the queue"), engine.connect() as conn:
+        dba.session_utc(conn)
+        depth = dba.outbox_depth(conn)
+        oldest = dba.outbox_oldest_available(conn)
+        retrying = dba.outbox_retrying(conn)
+        failed, finished, failed_before = dba.attempts_recent(conn, window)
+        jobs, attempts, most = dbd.outbox_attempts_per_job(conn, window)
+        conn.rollback()
+    return {
+        "depth": {s: depth.get(s, 0) for s in ("available", "running", "succeeded", "dead",
+                                               "published")},
+        "oldest": sorted(({"schedule": s or None, "owner": o or None,
+                           "age_seconds": round(max(age, 0.0), 1), "ready": n}
+                          for s, o, age, n in oldest), key=lambda r: -r["age_seconds"]),
+        "oldest_age": round(max((max(a, 0.0) for _, _, a, _ in oldest), default=0.0), 1),
+        "retrying": [{"schedule": s or None, "owner": o or None, "count": n}
+                     for s, o, n in retrying],
+        "window_minutes": window / 60, "failed": failed, "finished": finished,
+        "failed_before": failed_before,
+        "failure_rate": round(failed / finished, 3) if finished else None,
+        "jobs_finished": jobs,
+        "attempts_per_job": round(attempts / jobs, 2) if jobs else None,
+        "most_attempts": most,
+    }

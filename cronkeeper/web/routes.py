@@ -1,0 +1,205 @@
+"""The read-only pages and their JSON mirrors (SPEC §13). Every JSON mirror is the text the CLI
+prints for ``--format json``, made by the same function."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from flask import Flask, Response, abort, g, redirect, render_template, request, url_for
+
+from cronkeeper.cli import dlq as dlq_cli
+from cronkeeper.cli import explain as explain_cli
+from cronkeeper.cli import history as history_cli
+from cronkeeper.cli import status as status_cli
+from cronkeeper.errors import CronkeeperError, UsageError
+from cronkeeper.timing import TimingError, parse_instant
+from cronkeeper.web import pages
+from cronkeeper.web.app import ctx, login_post
+from cronkeeper.web.strip import MAX_PERIODS, CellState
+
+HISTORY_PAGE = 100
+STATE_FILTERS = [s.value for s in CellState] + ["paused"]
+
+
+def _int(name: str, default: int, lo: int, hi: int) -> int:
+    value = request.args.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isdigit():
+        abort(400, f"{name} must be a whole number")
+    return max(lo, min(hi, int(value)))
+
+
+def _json(text: str) -> Response:
+    return Response(text if text.endswith("\n") else text + "\n", mimetype="application/json")
+
+
+def _status_doc() -> dict[str, Any]:
+    c = ctx()
+    doc = status_cli.gather(c.engine, c.schema, c.cluster)
+    doc["database"] = c.database
+    return doc
+
+
+def _dlq_rows(ids: list[int] | None = None) -> list[dict]:
+    a = request.args
+    try:
+        return dlq_cli.select_dead(ctx().engine, a.get("schedule") or None, a.get("task") or None,
+                                   a.get("older_than") or None, a.get("newer_than") or None, ids)
+    except UsageError as exc:
+        abort(400, str(exc))
+
+
+def register(app: Flask) -> None:
+    @app.context_processor
+    def common() -> dict[str, Any]:
+        refresh = request.args.get("refresh", "")
+        return {"refresh": max(5, min(3600, int(refresh))) if refresh.isdigit() else None,
+                "csrf": g.get("csrf"), "actions": g.get("actions", False),
+                "token_mode": bool(ctx().config.token), "authed": g.get("authed", False)}
+
+    @app.get("/")
+    def schedules_page():
+        c = ctx()
+        state = request.args.get("state") or None
+        if state and state not in STATE_FILTERS:
+            abort(400, f"state must be one of {', '.join(STATE_FILTERS)}")
+        data = pages.schedules(
+            c.engine, c.cache, owner=request.args.get("owner") or None, state=state,
+            page=_int("page", 1, 1, 10**6), per_page=_int("per_page", pages.PER_PAGE, 1, 1000),
+            periods=_int("periods", c.config.periods, 1, MAX_PERIODS))
+        return render_template("schedules.html", **data, owner=request.args.get("owner") or "",
+                               state=state or "", states=STATE_FILTERS)
+
+    @app.get("/schedules/<name>")
+    def schedule_page(name: str):
+        c = ctx()
+        since, until = request.args.get("since") or "24h", request.args.get("until") or None
+        try:
+            end = parse_instant(until) if until else None
+        except TimingError as exc:
+            abort(400, f"until: {exc}")
+        data = pages.schedule_detail(c.engine, c.cache, name, until=end,
+                                     periods=_int("periods", c.config.periods, 1, MAX_PERIODS))
+        if data is None:
+            abort(404, f"no schedule named {name!r} is known to the cluster")
+        try:
+            audit = history_cli.collect(c.engine, [name], since, until)
+        except UsageError as exc:
+            abort(400, str(exc))
+        status = request.args.get("status") or ""
+        rows = [r for r in audit.rows if not status or r.status == status
+                or (status == "dead" and r.job_state == "dead")][::-1]
+        page = _int("page", 1, 1, 10**6)
+        shown = rows[(page - 1) * HISTORY_PAGE: page * HISTORY_PAGE]
+        return render_template(
+            "schedule.html", **data, history=shown, summary=audit.summary, notes=audit.notes,
+            since=since, until=until or "", status=status, page=page,
+            pages=max(1, -(-len(rows) // HISTORY_PAGE)), total=len(rows),
+            statuses=["emitted", "skipped", "pending", "missing", "dead"],
+            done=request.args.get("done", ""))
+
+    @app.get("/instances")
+    def instances_page():
+        c = ctx()
+        return render_template("instances.html", **pages.instances(c.engine, c.cluster,
+                                                                   _status_doc()))
+
+    @app.get("/queue")
+    def queue_page():
+        return render_template("queue.html", **pages.queue(ctx().engine))
+
+    @app.get("/dlq")
+    def dlq_page():
+        rows = _dlq_rows()
+        return render_template("dlq.html", rows=dlq_cli.list_document(rows),
+                               filters={k: request.args.get(k, "") for k in
+                                        ("schedule", "task", "older_than", "newer_than")},
+                               tasks=dlq_cli.tasks_touched(rows))
+
+    @app.get("/dlq/<int:job_id>")
+    def dead_letter_page(job_id: int):
+        rows = dlq_cli.select_dead(ctx().engine, None, None, None, None, [job_id])
+        if not rows:
+            abort(404, f"no dead letter with id {job_id} (replayed, discarded, or never dead)")
+        return render_template("dead_letter.html",
+                               item=dlq_cli.show_document(ctx().engine, rows[0]))
+
+    @app.get("/explain")
+    def explain_form():
+        key = request.args.get("key", "").strip()
+        if key:
+            return redirect(url_for("explain_page", key=key), code=303)
+        return render_template("explain.html", story=None, key="")
+
+    @app.get("/explain/<path:key>")
+    def explain_page(key: str):
+        with ctx().engine.connect() as conn:
+            try:
+                story = explain_cli.story(conn, key)
+            except CronkeeperError as exc:
+                abort(404, str(exc))
+        return render_template("explain.html", story=story, key=key)
+
+    @app.get("/login")
+    def login_page():
+        if g.authed and ctx().config.token:
+            return redirect(_safe_next(request.args.get("next")), code=303)
+        return render_template("login.html", next=_safe_next(request.args.get("next")),
+                               failed=False)
+
+    app.post("/login")(login_post)
+
+    @app.post("/logout")
+    def logout():
+        resp = redirect("/login", code=303)
+        resp.delete_cookie("ck_auth", path="/")
+        return resp
+
+    # JSON mirrors: the CLI's --format json, byte for byte.
+    @app.get("/api/status")
+    def api_status():
+        return _json(status_cli.dumps(_status_doc()))
+
+    @app.get("/api/history")
+    def api_history():
+        names = [n for n in request.args.getlist("schedule") if n]
+        try:
+            audit = history_cli.collect(ctx().engine, names, request.args.get("since") or "24h",
+                                        request.args.get("until") or None)
+        except UsageError as exc:
+            abort(400, str(exc))
+        out = io.StringIO()
+        history_cli.write_json(audit, out)
+        return _json(out.getvalue())
+
+    @app.get("/api/dlq")
+    def api_dlq():
+        return _json(dlq_cli.dumps(dlq_cli.list_document(_dlq_rows())))
+
+    @app.get("/api/dlq/<int:job_id>")
+    def api_dead_letter(job_id: int):
+        rows = dlq_cli.select_dead(ctx().engine, None, None, None, None, [job_id])
+        if not rows:
+            abort(404, f"no dead letter with id {job_id}")
+        return _json(dlq_cli.dumps(dlq_cli.show_document(ctx().engine, rows[0])))
+
+    @app.get("/api/explain/<path:key>")
+    def api_explain(key: str):
+        with ctx().engine.connect() as conn:
+            try:
+                return _json(explain_cli.dumps(explain_cli.story(conn, key)))
+            except CronkeeperError as exc:
+                abort(404, str(exc))
+
+    @app.get("/api/csrf")
+    def api_csrf():
+        """For scripts that act: the CSRF token of the session cookie this response sets."""
+        return {"csrf": g.csrf}
+
+
+def _safe_next(target: str | None) -> str:
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    return target

@@ -1,0 +1,150 @@
+"""The period strip: a schedule's last N periods as cells, each with its state, local time and
+reason, and the places where the schedule's version changed. Pure: the audit's rows (the same
+rows as ``cronkeeper history``) in, cells out; the SVG is drawn by ``web.svg``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo
+
+from cronkeeper.audit import HistoryRow, Version, audit_schedule, period_seconds
+
+DEFAULT_PERIODS = 48
+MAX_PERIODS = 500
+
+
+class CellState(StrEnum):
+    """How a period ended, as the strip shows it (``data-state``)."""
+
+    EMITTED = "emitted"
+    SKIPPED = "skipped"
+    MISSING = "missing"
+    DEAD = "dead"  # emitted, and its job ended dead
+    RUNNING = "running"  # emitted, and its job is running now
+    PENDING = "pending"  # due within grace, not decided yet
+
+
+LETTER = {CellState.EMITTED: "E", CellState.SKIPPED: "S", CellState.MISSING: "M",
+          CellState.DEAD: "D", CellState.RUNNING: "R", CellState.PENDING: "P"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    scheduled_for: str  # ISO UTC, as in history
+    state: CellState
+    reason: str | None
+    job_state: str | None
+    attempts: int | None
+    local: str  # the nominal instant in the schedule's zone, with its offset
+    title: str  # the tooltip: local time, UTC, what happened and why
+
+
+@dataclass(frozen=True, slots=True)
+class VersionMark:
+    before: int  # index of the first cell judged by the new version
+    version_id: int
+    active_from: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Strip:
+    schedule: str
+    cells: tuple[Cell, ...]
+    marks: tuple[VersionMark, ...]
+
+    def count(self, state: CellState) -> int:
+        return sum(1 for c in self.cells if c.state is state)
+
+    def counts(self) -> dict[str, int]:
+        return {s.value: self.count(s) for s in CellState}
+
+    def label(self) -> str:
+        """The strip in words (``aria-label``): every state's count, then the changes."""
+        parts = [f"{n} {state}" for state, n in self.counts().items() if n]
+        text = f"last {len(self.cells)} periods of {self.schedule}: " + (", ".join(parts) or "none")
+        if self.marks:
+            text += f"; schedule changed {len(self.marks)} time{'s' if len(self.marks) > 1 else ''}"
+        return text
+
+
+def window_start(versions: Sequence[Version], now: datetime, periods: int,
+                 retention_days: float) -> datetime:
+    """Where to start auditing so the window holds the last ``periods`` periods of the spec in
+    force (a margin for irregular crons), never before the retention horizon."""
+    current = versions[-1].spec
+    horizon = now - timedelta(days=retention_days)
+    if current is None:
+        return horizon
+    length = period_seconds(current, now) or 86400.0
+    try:
+        start = now - timedelta(seconds=length * (periods + 2) * 1.25)
+    except OverflowError:
+        return horizon
+    return max(start, horizon, versions[0].active_from - timedelta(seconds=1))
+
+
+def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
+    status, reason, job_state = row.status, row.reason, row.job_state
+    if status == "emitted":
+        state = {"dead": CellState.DEAD, "running": CellState.RUNNING}.get(
+            job_state or "", CellState.EMITTED)
+    else:
+        state = CellState(status)
+    at = datetime.fromisoformat(row.scheduled_for.replace("Z", "+00:00"))
+    local = at.astimezone(zone)
+    local_text = local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)")
+    title = f"{local_text}, {row.scheduled_for}: {state.value}"
+    if state is CellState.SKIPPED:
+        title += f" (reason: {reason or 'unknown'})"
+    elif state is CellState.MISSING:
+        title += " (no outcome recorded: the scheduler never decided this period)"
+    elif state is CellState.PENDING:
+        title += " (due within grace, not decided yet)"
+    if job_state:
+        title += f"; job {job_state}"
+        if row.attempts is not None:
+            title += f" after {row.attempts} attempt{'s' if row.attempts != 1 else ''}"
+    if row.lag_seconds is not None:
+        title += f"; emitted {row.lag_seconds:g}s after its instant"
+    return Cell(row.scheduled_for, state, reason, job_state, row.attempts,
+                local.isoformat(), title)
+
+
+def build_strip(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
+                since: datetime, now: datetime, until: datetime | None = None,
+                periods: int = DEFAULT_PERIODS, triggers: dict | None = None) -> Strip:
+    """The last ``periods`` periods up to ``until`` (default: now), judged by the audit."""
+    rows, _ = audit_schedule(schedule, versions, records, since=since, until=until or now,
+                             now=now, triggers=triggers)
+    rows = rows[-periods:] if periods else []
+    current = next((v.spec for v in reversed(versions) if v.spec is not None), None)
+    zone = ZoneInfo(current.timezone if current else "UTC")
+    cells = tuple(cell_of(r, zone) for r in rows)
+    marks = []
+    if cells:
+        instants = [datetime.fromisoformat(c.scheduled_for.replace("Z", "+00:00")) for c in cells]
+        for version in versions[1:]:
+            first = next((i for i, t in enumerate(instants) if t > version.active_from), None)
+            if first is not None and (first > 0 or instants[0] > version.active_from > since):
+                marks.append(VersionMark(first, version.version_id, version.active_from))
+    return Strip(schedule, cells, tuple(marks))
+
+
+def relative(delta_seconds: float) -> str:
+    """``in 3 min`` / ``5 h ago``: how far an instant is from now, in words."""
+    ahead = delta_seconds >= 0
+    s = abs(delta_seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            text = f"{s / size:.0f} {unit}"
+            break
+    else:
+        text = f"{s:.0f} s"
+    return f"in {text}" if ahead else f"{text} ago"
+
+
+def utc(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

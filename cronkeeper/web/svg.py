@@ -1,0 +1,55 @@
+"""The period strip drawn as inline SVG on the server: no script, legible without colour (each
+state has its own shape and letter), every text escaped. Written as plain string building,
+not a template loop: a page of strips is thousands of cells."""
+
+from __future__ import annotations
+
+from markupsafe import Markup, escape
+
+from cronkeeper.web.strip import LETTER, CellState, Strip
+
+W, GAP, H = 14, 2, 22
+
+
+def _shape(state: CellState, x: int) -> str:
+    cx = x + W // 2
+    if state is CellState.EMITTED:
+        return f'<rect class="box" x="{x}" y="2" width="{W}" height="{H - 4}" rx="2"/>'
+    if state is CellState.SKIPPED:  # a lower, hollow bar
+        return f'<rect class="box" x="{x + 1}" y="8" width="{W - 2}" height="{H - 10}"/>'
+    if state is CellState.MISSING:  # a warning triangle
+        return f'<path class="box" d="M{cx} 1 L{x + W} {H - 1} L{x} {H - 1} Z"/>'
+    if state is CellState.DEAD:  # a square with a cross
+        return (f'<rect class="box" x="{x}" y="2" width="{W}" height="{H - 4}"/>'
+                f'<path class="cross" d="M{x + 2} 4 L{x + W - 2} {H - 4} M{x + W - 2} 4 '
+                f'L{x + 2} {H - 4}"/>')
+    if state is CellState.RUNNING:
+        return f'<circle class="box" cx="{cx}" cy="{H // 2}" r="{W // 2}"/>'
+    return f'<rect class="box" x="{x + 1}" y="3" width="{W - 2}" height="{H - 6}" rx="2"/>'
+
+
+def strip_svg(strip: Strip) -> Markup:
+    n = len(strip.cells)
+    width = max(n * (W + GAP), W + GAP)
+    out = [f'<svg class="strip" xmlns="http://www.w3.org/2000/svg" role="img" '
+           f'aria-label="{escape(strip.label())}" width="{width}" height="{H}" '
+           f'viewBox="0 0 {width} {H}">']
+    for i, cell in enumerate(strip.cells):
+        x = i * (W + GAP)
+        state = cell.state
+        out.append(
+            f'<g class="cell s-{state.value}" data-state="{state.value}" '
+            f'data-at="{escape(cell.scheduled_for)}"><title>{escape(cell.title)}</title>'
+            f'{_shape(state, x)}'
+            f'<text x="{x + W // 2}" y="{H - 7}">{LETTER[state]}</text></g>'
+        )
+    for mark in strip.marks:
+        x = mark.before * (W + GAP) - GAP // 2
+        at = mark.active_from.strftime("%Y-%m-%d %H:%M:%SZ")
+        out.append(
+            f'<g class="vmark" data-version="{mark.version_id}"><title>schedule changed: version '
+            f'{mark.version_id} in force from {at}</title>'
+            f'<line x1="{x}" y1="0" x2="{x}" y2="{H}"/></g>'
+        )
+    out.append("</svg>")
+    return Markup("".join(out))

@@ -36,7 +36,7 @@ def roles():
     pg = shared_postgres()
     tag = uuid.uuid4().hex[:8]
     names = {"cronkeeper_owner": f"ck_owner_{tag}", "cronkeeper_scheduler": f"ck_sched_{tag}",
-             "cronkeeper_worker": f"ck_worker_{tag}"}
+             "cronkeeper_worker": f"ck_worker_{tag}", "cronkeeper_reader": f"ck_reader_{tag}"}
     schema = f"ck_{tag}"
 
     def substitute(sql: str) -> str:
@@ -104,3 +104,58 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
             conn.execute(statement)
+
+
+def test_web_reads_under_the_reader_role_and_cannot_act(roles, tmp_path):
+    """`cronkeeper web` works under the documented read-only role; with --allow-actions its
+    buttons meet the database's refusal, shown as a message, and nothing changes."""
+    import http.client
+    import re as _re
+
+    from web_seed import Seeder, WebServer, spec
+
+    pg, schema, url, after_migrate = roles
+    migrate = subprocess.run([CRONKEEPER, "migrate", "--database-url", url["cronkeeper_owner"],
+                              "--schema", schema], capture_output=True, text=True, timeout=60)
+    assert migrate.returncode == 0, migrate.stderr
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        admin.execute(after_migrate)
+    with psycopg.connect(url["cronkeeper_owner"], options=f"-c search_path={schema}") as conn:
+        s = Seeder(conn)
+        now = s.now()
+        v = s.version(spec("tick", every=60), "tick", now.replace(second=0, microsecond=0))
+        s.period("tick", v, now.replace(second=0, microsecond=0), "emitted",
+                 job=("dead", 1, "boom"))
+        conn.commit()
+
+    def get(server, path, headers=None, form=None):
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        body = None if form is None else "&".join(f"{k}={v}" for k, v in form.items())
+        hdrs = dict(headers or {})
+        if form is not None:
+            hdrs["Content-Type"] = "application/x-www-form-urlencoded"
+        c.request("POST" if form is not None else "GET", path, body=body, headers=hdrs)
+        r = c.getresponse()
+        return r.status, r.headers, r.read().decode()
+
+    reader = url["cronkeeper_reader"]
+    server = WebServer(reader, schema, "roles", "--allow-actions", log=tmp_path / "web.log")
+    try:
+        for path in ("/", "/schedules/tick", "/instances", "/queue", "/dlq", "/api/status",
+                     "/api/history", "/api/dlq"):
+            status, _, text = get(server, path)
+            assert status == 200, (path, text[-500:])
+        assert 'data-state="dead"' in get(server, "/")[2]
+        status, headers, text = get(server, "/schedules/tick")
+        sid = _re.search(r"ck_sid=([0-9a-f]+)", headers["Set-Cookie"]).group(1)
+        csrf = _re.search(r'name="csrf" value="([0-9a-f]+)"', text).group(1)
+        status, _, text = get(server, "/schedules/tick/pause", {"Cookie": f"ck_sid={sid}"},
+                              {"csrf": csrf})
+        assert status == 503 and "permission denied" in text.lower(), text[-800:]
+    finally:
+        server.stop()
+    with psycopg.connect(url["cronkeeper_owner"], options=f"-c search_path={schema}") as conn:
+        assert conn.execute("SELECT count(*) FROM schedule_controls").fetchone()[0] == 0
+    with (psycopg.connect(reader, options=f"-c search_path={schema}") as conn,
+          pytest.raises(psycopg.errors.InsufficientPrivilege)):
+        conn.execute("UPDATE outbox SET state = 'available'")

@@ -10,6 +10,8 @@ have promtool || need+=(prometheus)           # promtool check/test rules
 have pgbouncer || need+=(pgbouncer)           # the daemon refuses a transaction-pooling proxy
 have redis-server || need+=(redis-server)     # RQ, Sidekiq and BullMQ relay targets
 have rabbitmq-server || need+=(rabbitmq-server)  # the Celery relay target on AMQP
+[ -x /usr/bin/chromium ] || need+=(chromium)         # cronkeeper web in a real browser
+[ -x /usr/bin/chromedriver ] || need+=(chromium-driver)  # ... driven by Selenium
 if [ "${#need[@]}" -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null

@@ -17,8 +17,9 @@ def _shape(state: CellState, x: int) -> str:
         return f'<rect class="box" x="{x}" y="2" width="{W}" height="{H - 4}" rx="2"/>'
     if state is CellState.SKIPPED:  # a lower, hollow bar
         return f'<rect class="box" x="{x + 1}" y="8" width="{W - 2}" height="{H - 10}"/>'
-    if state is CellState.MISSING:  # a warning triangle
-        return f'<path class="box" d="M{cx} 1 L{x + W} {H - 1} L{x} {H - 1} Z"/>'
+    if state is CellState.MISSING:  # a pennant: square shoulders, pointed foot
+        return (f'<path class="box" d="M{x} 1 L{x + W} 1 L{x + W} {H - 6} L{cx} {H - 1} '
+                f'L{x} {H - 6} Z"/>')
     if state is CellState.DEAD:  # a square with a cross
         return (f'<rect class="box" x="{x}" y="2" width="{W}" height="{H - 4}"/>'
                 f'<path class="cross" d="M{x + 2} 4 L{x + W - 2} {H - 4} M{x + W - 2} 4 '

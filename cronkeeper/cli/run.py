@@ -9,6 +9,7 @@ import threading
 import click
 
 from cronkeeper import clock, logs, systemd
+from cronkeeper.cli import companion
 from cronkeeper.cli.common import database_options
 from cronkeeper.cli.connect import open_database
 from cronkeeper.db.engine import redact
@@ -79,9 +80,11 @@ def start_metrics(address: str, kind: str, engine=None, cluster: str = "default"
 @click.option("--stall-timeout", envvar="CRONKEEPER_STALL_TIMEOUT", type=click.FloatRange(1, 3600),
               default=10.0, show_default=True,
               help="Seconds a leader's tick may make no progress before it steps down.")
+@click.option("--with-worker", is_flag=True,
+              help="Also start a worker on the same schedules (a single-box trial).")
 def run_command(
     database_url, schema, cluster, schedules_dir, instance_id, metrics_address, log_format,
-    log_level, migrate_first, leader_timeout, stall_timeout,
+    log_level, migrate_first, leader_timeout, stall_timeout, with_worker,
 ) -> None:
     """Run the scheduler daemon."""
     logs.configure(log_format, log_level)
@@ -106,6 +109,7 @@ def run_command(
     signal.signal(signal.SIGHUP, lambda *_: reload_requested.set())
     thread = threading.Thread(target=node.run, name="node")
     thread.start()
+    worker = companion.start_worker(db, cluster, schedules_dir) if with_worker else None
     ready = False
     watchdog = systemd.watchdog_interval()
     next_ping = 0.0
@@ -121,6 +125,7 @@ def run_command(
             systemd.notify("WATCHDOG=1")
             next_ping = clock.monotonic() + watchdog
     systemd.notify("STOPPING=1")
+    companion.stop_worker(worker)
     db.engine.dispose()
     if node.fatal is not None:
         raise node.fatal

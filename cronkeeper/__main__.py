@@ -1,0 +1,5 @@
+"""``python -m cronkeeper``: the same as the ``cronkeeper`` command."""
+
+from cronkeeper.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Handlers for the quick start's example schedules (examples/schedules/)."""

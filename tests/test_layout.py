@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
 
 PURE = ["spec", "timing", "planning.py", "audit.py", "backoff.py", "importing/crontab.py",
         "importing/cronie.py", "importing/naming.py", "importing/render.py", "importing/model.py",
-        "importing/compare.py"]
+        "importing/compare.py", "web/strip.py", "web/svg.py"]
 FORBIDDEN_IN_PURE = (
     "cronkeeper.db", "cronkeeper.cli", "cronkeeper.worker", "cronkeeper.election",
     "cronkeeper.scheduler", "cronkeeper.metrics", "sqlalchemy", "psycopg", "prometheus_client",
@@ -75,3 +75,20 @@ def test_no_runtime_module_imports_a_benchmark_peer():
         for p in PACKAGE.rglob("*.py")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+WEB_LIBRARIES = ("flask", "werkzeug", "jinja2", "markupsafe", "waitress")
+
+
+def test_only_the_web_imports_the_web_extra():
+    """The daemon's install stays lean: Flask and waitress live in the optional 'web' extra,
+    so nothing outside cronkeeper/web (and the command that starts it) may import them."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith("web/") or rel == "cli/web.py":
+            continue
+        bad = sorted(n for n in imports(path) if n.split(".")[0] in WEB_LIBRARIES)
+        if bad:
+            offenders[rel] = bad
+    assert offenders == {}

@@ -128,7 +128,7 @@ def build_strip(schedule: str, versions: Sequence[Version], records: Sequence[tu
         instants = [datetime.fromisoformat(c.scheduled_for.replace("Z", "+00:00")) for c in cells]
         for version in versions[1:]:
             first = next((i for i, t in enumerate(instants) if t > version.active_from), None)
-            if first is not None and (first > 0 or instants[0] > version.active_from > since):
+            if first:  # between two shown cells (a change before the first one is not drawn)
                 marks.append(VersionMark(first, version.version_id, version.active_from))
     return Strip(schedule, cells, tuple(marks))
 

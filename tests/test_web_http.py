@@ -9,6 +9,7 @@ import http.client
 import json
 import re
 import subprocess
+from datetime import timedelta
 from urllib.parse import urlencode
 
 import psycopg
@@ -290,3 +291,26 @@ def test_status_mirror_is_the_cli_document(servers, seeded):
     assert steady(web) == steady(cli)
     assert web["leader"] is None and {i["instance_id"] for i in web["instances"]} == {
         "sched-a", "sched-b", "worker-1"}
+
+
+def test_versions_cache_reads_only_new_versions_and_notices_removals(engine, schema):
+    from web_seed import Seeder, spec
+
+    from cronkeeper.web.pages import VersionsCache
+
+    cache = VersionsCache()
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        seeder = Seeder(raw)
+        now = seeder.now()
+        seeder.version(spec("a", every=60), "a", now)
+        raw.commit()
+        assert [v.spec.every for v in cache.get(conn)["a"]] == [60]
+        seeder.version(spec("a", every=120), "a", now + timedelta(seconds=1))
+        seeder.version(spec("b", every=30), "b", now)
+        raw.commit()
+        got = cache.get(conn)
+        assert [v.spec.every for v in got["a"]] == [60, 120] and [v.spec.every for v in got["b"]] == [30]
+        raw.execute("DELETE FROM schedule_versions WHERE schedule = 'b'")
+        raw.commit()
+        assert set(cache.get(conn)) == {"a"}

@@ -25,6 +25,31 @@ def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
+PERIODS_WINDOWS = """
+SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
+       CASE WHEN p.outcome = 'emitted' THEN
+           extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
+       o.state, o.attempts
+FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
+              AND p.scheduled_for <= %(until)s
+LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+                  AND p.outcome = 'emitted'
+ORDER BY w.s, p.scheduled_for, o.id
+"""
+
+
+def versions_after(
+    conn: sa.Connection | psycopg.Connection, after_id: int
+) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
+    """Versions recorded after ``after_id`` (id, schedule, spec, active_from), in id order: a
+    range scan of the primary key. Readers that keep parsed versions read only what is new."""
+    return raw(conn).execute(
+        "SELECT id, schedule, spec, active_from FROM schedule_versions WHERE id > %s ORDER BY id",
+        (after_id,),
+    ).fetchall()
+
+
 def periods_windows(
     conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
     until: datetime,
@@ -38,18 +63,7 @@ def periods_windows(
         return out
     with raw(conn).cursor(binary=True) as cur:
         cur.execute(
-            """
-            SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
-                   CASE WHEN p.outcome = 'emitted' THEN
-                       extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
-                   o.state, o.attempts
-            FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-            JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
-                          AND p.scheduled_for <= %(until)s
-            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
-                              AND p.outcome = 'emitted'
-            ORDER BY w.s, p.scheduled_for, o.id
-            """,
+            PERIODS_WINDOWS,
             {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
              "until": until},
         )

@@ -25,23 +25,45 @@ FAR = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 class VersionsCache:
-    """Parsed schedule versions, re-read only when ``schedule_versions`` changed (it is only
-    ever appended to): parsing ten thousand stored specs on every page would cost more than
-    the page. Trigger objects are kept per version id too."""
+    """Parsed schedule versions, kept between requests: parsing ten thousand stored specs costs
+    more than the page. ``schedule_versions`` is only ever appended to, so a request reads just
+    the rows added since (an empty range scan when nothing changed) and parses those; when the
+    row count says rows went away (a hand edit), it reads everything again. Trigger objects are
+    kept per version id too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int] = (0, 0)
         self._versions: dict[str, list[Version]] = {}
         self.triggers: dict = {}
 
     def get(self, conn: Any) -> dict[str, list[Version]]:
         stamp = dbd.versions_stamp(conn)
         with self._lock:
-            if stamp != self._stamp:
+            if stamp == self._stamp:
+                return self._versions
+            top, count = self._stamp
+            fresh = dbd.versions_after(conn, top) if stamp[0] >= top else []
+            if stamp[0] < top or count + len(fresh) != stamp[1]:
                 self._versions = versions_from_rows(dba.versions_all(conn))
-                self._stamp = stamp
+                self.triggers = {}
+            else:
+                merged = {name: list(vs) for name, vs in self._versions.items()}
+                for name, added in versions_from_rows(fresh).items():
+                    rows = merged.setdefault(name, [])
+                    rows.extend(added)
+                    rows.sort(key=lambda v: (v.active_from, v.version_id))
+                self._versions = merged
+            self._stamp = stamp
             return self._versions
+
+    def warm(self, engine: Any) -> int:
+        """Read and parse every version now (at start), so no visitor waits for it."""
+        with translate_errors("reading the schedules"), engine.connect() as conn:
+            dba.session_utc(conn)
+            count = len(self.get(conn))
+            conn.rollback()
+        return count
 
 
 def _local(when: datetime | None, zone: ZoneInfo) -> str | None:

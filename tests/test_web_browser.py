@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from web_seed import WebServer, drop, libpq, seed
+from web_seed import WebServer, drop, freshen, libpq, seed
 
 from cronkeeper.web.strip import CellState
 
@@ -161,7 +161,8 @@ def test_dst_gap_in_the_strip_and_next_fire_marks(browser, servers, seeded, tmp_
         assert any(r.get_attribute("data-dst") == "shift" for r in rows)
 
 
-def test_instances_stale_mark_and_no_leader_banner(browser, servers, tmp_path):
+def test_instances_stale_mark_and_no_leader_banner(browser, servers, seeded, tmp_path):
+    freshen(seeded)
     visit(browser, servers["ro"].base + "/instances", tmp_path / "instances.png")
     assert "No leader" in by_css(browser, "#no-leader")[0].text
     assert by_css(browser, "#digests")  # sched-a and sched-b disagree
@@ -230,6 +231,11 @@ def test_login_with_token_and_read_only_mode(browser, servers, tmp_path):
     browser.delete_all_cookies()
     visit(browser, servers["tok"].base + f"/instances?token={TOKEN}")
     assert browser.current_url == servers["tok"].base + "/instances"
+    # signing out works on a read-only server too (it changes nothing but the browser's cookies)
+    submit(browser, "form[action='/logout'] button")
+    assert browser.current_url.endswith("/login") and by_css(browser, 'input[name="token"]')
+    visit(browser, servers["tok"].base + "/instances")
+    assert by_css(browser, 'input[name="token"]')  # signed out: the login form again
     # read-only: no buttons anywhere an action could be
     for path in ("/schedules/alpha", "/dlq"):
         visit(browser, servers["ro"].base + path)

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 import psycopg
 import pytest
-from web_seed import CRONKEEPER, XSS, WebServer, drop, libpq, seed
+from web_seed import CRONKEEPER, XSS, WebServer, drop, freshen, libpq, seed
 
 from cronkeeper.web.security import CSP
 
@@ -274,6 +274,7 @@ def test_history_dlq_explain_mirrors_are_the_cli_text(servers, seeded):
 
 
 def test_status_mirror_is_the_cli_document(servers, seeded):
+    freshen(seeded)
     web = json.loads(call(servers["ro"], "GET", "/api/status").text)
     cli = json.loads(subprocess.run(
         [CRONKEEPER, "status", "--database-url", seeded.url, "--schema", seeded.schema,

@@ -134,14 +134,14 @@ def _authenticated(config: WebConfig) -> bool:
 
 
 def _check_post(config: WebConfig) -> Response | None:
-    if request.path != "/login" and not config.allow_actions:
+    if request.path not in ("/login", "/logout") and not config.allow_actions:
         return _error(403, "read-only: this server was started without --allow-actions")
     if security.cross_site(request.headers.get("Sec-Fetch-Site")):
         return _error(403, "refused: the request comes from another site")
     if g.new_sid or not security.same_token(request.form.get("csrf"), g.csrf):
         return _error(403, "refused: the form's CSRF token is missing or stale; reload the page "
                       "and try again")
-    if request.path == "/login":
+    if request.path in ("/login", "/logout"):
         return None
     if config.token and not g.authed:
         return _error(401, "a valid token is needed", bearer=True)

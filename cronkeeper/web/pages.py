@@ -16,7 +16,17 @@ from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
-from cronkeeper.web.strip import CellState, Strip, build_strip, relative, utc, window_start
+from cronkeeper.web.strip import (
+    CellState,
+    Strip,
+    build_strip,
+    relative,
+    state_of,
+    strip_from_rows,
+    strip_rows,
+    utc,
+    window_start,
+)
 from cronkeeper.web.svg import strip_svg
 
 PER_PAGE = 100
@@ -94,16 +104,16 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         chosen = names if strip_state else names[first:first + per_page]
         windows = [(n, window_start(current[n], now, periods, retention_days)) for n in chosen]
         records = dbd.periods_windows(conn, windows, now)
-        strips: dict[str, Strip] = {}
-        for name, since in windows:
-            strips[name] = build_strip(name, current[name], records_from_rows(records[name]),
-                                       since=since, now=now, periods=periods,
-                                       triggers=cache.triggers)
-        if strip_state:
-            names = [n for n in names if strips[n].count(CellState(strip_state))]
+        rows = {name: strip_rows(name, current[name], records_from_rows(records[name]),
+                                 since=since, now=now, periods=periods, triggers=cache.triggers)
+                for name, since in windows}
+        if strip_state:  # the filter needs every schedule's states, not their drawings
+            wanted = CellState(strip_state)
+            names = [n for n in names if any(state_of(r) is wanted for r in rows[n])]
             shown = names[first:first + per_page]
         else:
             shown = chosen
+        strips: dict[str, Strip] = {n: strip_from_rows(n, current[n], rows[n]) for n in shown}
         latest = dba.periods_latest(conn, shown)
         conn.rollback()
     rows = []

@@ -155,7 +155,8 @@ def register(app: Flask) -> None:
     def logout():
         resp = redirect("/login", code=303)
         resp.delete_cookie("ck_auth", path="/")
-        return resp
+        resp.delete_cookie("ck_sid", path="/")  # the browser forgets both (stateless: a copied
+        return resp  # pair stays valid until the token changes, see docs/web.md)
 
     # JSON mirrors: the CLI's --format json, byte for byte.
     @app.get("/api/status")

@@ -86,13 +86,17 @@ def window_start(versions: Sequence[Version], now: datetime, periods: int,
     return max(start, horizon, versions[0].active_from - timedelta(seconds=1))
 
 
+def state_of(row: HistoryRow) -> CellState:
+    if row.status == "emitted":
+        return _JOB_STATE.get(row.job_state or "", CellState.EMITTED)
+    return CellState(row.status)
+
+
+_JOB_STATE = {"dead": CellState.DEAD, "running": CellState.RUNNING}
+
+
 def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
-    status, reason, job_state = row.status, row.reason, row.job_state
-    if status == "emitted":
-        state = {"dead": CellState.DEAD, "running": CellState.RUNNING}.get(
-            job_state or "", CellState.EMITTED)
-    else:
-        state = CellState(status)
+    state, reason = state_of(row), row.reason
     at = datetime.fromisoformat(row.scheduled_for.replace("Z", "+00:00"))
     local = at.astimezone(zone)
     local_text = local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)")
@@ -103,23 +107,36 @@ def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
         title += " (no outcome recorded: the scheduler never decided this period)"
     elif state is CellState.PENDING:
         title += " (due within grace, not decided yet)"
-    if job_state:
-        title += f"; job {job_state}"
+    if row.job_state:
+        title += f"; job {row.job_state}"
         if row.attempts is not None:
             title += f" after {row.attempts} attempt{'s' if row.attempts != 1 else ''}"
     if row.lag_seconds is not None:
-        title += f"; emitted {row.lag_seconds:g}s after its instant"
-    return Cell(row.scheduled_for, state, reason, job_state, row.attempts,
+        title += f"; lag {row.lag_seconds:g}s"
+    return Cell(row.scheduled_for, state, reason, row.job_state, row.attempts,
                 local.isoformat(), title)
+
+
+def strip_rows(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
+               since: datetime, now: datetime, until: datetime | None = None,
+               periods: int = DEFAULT_PERIODS, triggers: dict | None = None) -> list[HistoryRow]:
+    """The audit's rows of the last ``periods`` periods up to ``until`` (default: now)."""
+    rows, _ = audit_schedule(schedule, versions, records, since=since, until=until or now,
+                             now=now, triggers=triggers)
+    return rows[-periods:] if periods else []
 
 
 def build_strip(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
                 since: datetime, now: datetime, until: datetime | None = None,
                 periods: int = DEFAULT_PERIODS, triggers: dict | None = None) -> Strip:
     """The last ``periods`` periods up to ``until`` (default: now), judged by the audit."""
-    rows, _ = audit_schedule(schedule, versions, records, since=since, until=until or now,
-                             now=now, triggers=triggers)
-    rows = rows[-periods:] if periods else []
+    rows = strip_rows(schedule, versions, records, since=since, now=now, until=until,
+                      periods=periods, triggers=triggers)
+    return strip_from_rows(schedule, versions, rows)
+
+
+def strip_from_rows(schedule: str, versions: Sequence[Version],
+                    rows: Sequence[HistoryRow]) -> Strip:
     current = next((v.spec for v in reversed(versions) if v.spec is not None), None)
     zone = ZoneInfo(current.timezone if current else "UTC")
     cells = tuple(cell_of(r, zone) for r in rows)

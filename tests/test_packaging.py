@@ -24,3 +24,7 @@ def test_wheel_ships_migrations_and_rules(tmp_path):
     assert "cronkeeper/prometheus/cronkeeper-rules.yml" in names
     assert "cronkeeper/cli/main.py" in names and "cronkeeper/timing/cron.py" in names
     assert not any(n.startswith("tests/") for n in names)
+    # cronkeeper web's templates and stylesheet travel with it
+    shipped_web = {f"cronkeeper/web/{p.relative_to(ROOT / 'cronkeeper' / 'web')}"
+                   for p in (ROOT / "cronkeeper" / "web").rglob("*") if p.suffix in (".html", ".css")}
+    assert len(shipped_web) >= 10 and shipped_web <= names

@@ -277,3 +277,9 @@ def test_every_page_without_a_csp_violation(browser, servers, seeded, tmp_path):
     assert violations == [], violations
     # the browser did record the pages' console output: the 404 above is in it
     assert any("404" in e["message"] for e in logs)
+    # and the check can fail: an inline script slipped into a page is refused and logged
+    browser.execute_script(
+        "const s = document.createElement('script'); s.textContent = 'window.x = 1';"
+        "document.body.appendChild(s);")
+    refused = [e for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert refused and browser.execute_script("return window.x === undefined")

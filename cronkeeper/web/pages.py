@@ -102,7 +102,8 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         first = (page - 1) * per_page
         strip_state = state if state in {s.value for s in CellState} else None
         chosen = names if strip_state else names[first:first + per_page]
-        windows = [(n, window_start(current[n], now, periods, retention_days)) for n in chosen]
+        windows = [(n, window_start(current[n], now, periods, retention_days, cache.triggers))
+                   for n in chosen]
         records = dbd.periods_windows(conn, windows, now)
         rows = {name: strip_rows(name, current[name], records_from_rows(records[name]),
                                  since=since, now=now, periods=periods, triggers=cache.triggers)
@@ -194,7 +195,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
             conn.rollback()
             return None
         end = min(until, now) if until else now
-        since = window_start(versions, end, periods, retention_days)
+        since = window_start(versions, end, periods, retention_days, cache.triggers)
         records = dbd.periods_windows(conn, [(name, since)], end)[name]
         latest = dba.periods_latest(conn, [name]).get(name)
         paused = bool(dba.controls_all(conn).get(name))

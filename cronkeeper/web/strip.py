@@ -71,14 +71,21 @@ class Strip:
 
 
 def window_start(versions: Sequence[Version], now: datetime, periods: int,
-                 retention_days: float) -> datetime:
+                 retention_days: float, triggers: dict | None = None) -> datetime:
     """Where to start auditing so the window holds the last ``periods`` periods of the spec in
-    force (a margin for irregular crons), never before the retention horizon."""
-    current = versions[-1].spec
+    force (a margin for irregular crons), never before the retention horizon. ``triggers``
+    caches trigger objects by version id, as ``audit_schedule`` does."""
+    last = versions[-1]
+    current = last.spec
     horizon = now - timedelta(days=retention_days)
     if current is None:
         return horizon
-    length = period_seconds(current, now) or 86400.0
+    trigger = None
+    if triggers is not None:
+        trigger = triggers.get(last.version_id)
+        if trigger is None:
+            trigger = triggers[last.version_id] = current.trigger()
+    length = period_seconds(current, now, trigger) or 86400.0
     try:
         start = now - timedelta(seconds=length * (periods + 2) * 1.25)
     except OverflowError:

@@ -115,3 +115,7 @@ def test_security_helpers():
     assert token.auth_cookie("a") == security.WebConfig.make("127.0.0.1", 1, "tok", True).auth_cookie("a")
     with pytest.raises(UsageError):
         security.parse_address("9480")
+    for bad in ("//evil.example", "/\\evil.example", "https://evil.example", "", None,
+                "/ok\nSet-Cookie: x", "/a\\b"):
+        assert security.local_path(bad) == "/", bad
+    assert security.local_path("/queue?refresh=30") == "/queue?refresh=30"

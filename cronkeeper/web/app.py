@@ -155,10 +155,8 @@ def _without_token() -> str:
 
 def _login_redirect(target: str) -> Response:
     """Exchange a good token for the session cookie, and go where the user was going."""
-    if not target.startswith("/") or target.startswith("//"):
-        target = "/"
     g.login_sid = g.sid
-    return redirect(target, code=303)
+    return redirect(security.local_path(target), code=303)
 
 
 def login_post() -> Response:

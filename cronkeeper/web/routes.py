@@ -16,6 +16,7 @@ from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.timing import TimingError, parse_instant
 from cronkeeper.web import pages
 from cronkeeper.web.app import ctx, login_post
+from cronkeeper.web.security import local_path
 from cronkeeper.web.strip import MAX_PERIODS, CellState
 
 HISTORY_PAGE = 100
@@ -201,6 +202,4 @@ def register(app: Flask) -> None:
 
 
 def _safe_next(target: str | None) -> str:
-    if not target or not target.startswith("/") or target.startswith("//"):
-        return "/"
-    return target
+    return local_path(target)

@@ -129,6 +129,15 @@ def same_token(given: str | None, token: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
+def local_path(target: str | None) -> str:
+    """Where to send a browser after login: a path on this server, else ``/``. Refuses
+    ``//host`` and ``/\\host`` (browsers read both as another host) and control characters."""
+    if (not target or not target.startswith("/") or target[1:2] in ("/", "\\")
+            or any(ord(ch) < 0x20 or ch == "\\" for ch in target)):
+        return "/"
+    return target
+
+
 def cross_site(sec_fetch_site: str | None) -> bool:
     """True when the browser says the request comes from another origin. Browsers send
     ``same-origin`` (or ``none`` for a typed address); scripts send nothing."""

@@ -17,7 +17,7 @@ from flask import Flask, Response, g, jsonify, redirect, render_template, reques
 from werkzeug.exceptions import HTTPException
 
 from cronkeeper import __version__
-from cronkeeper.errors import CronkeeperError
+from cronkeeper.errors import CronkeeperError, DatabaseError
 from cronkeeper.web import security
 from cronkeeper.web.pages import VersionsCache
 from cronkeeper.web.security import AUTH_COOKIE, SESSION_COOKIE, WebConfig
@@ -93,9 +93,13 @@ def create_app(context: Context) -> Flask:
     def http_error(exc: HTTPException):
         return _error(exc.code or 500, exc.description or exc.name)
 
+    @app.errorhandler(DatabaseError)
+    def database_error(exc: DatabaseError):
+        return _error(503, f"the database could not answer: {exc}")
+
     @app.errorhandler(CronkeeperError)
     def cronkeeper_error(exc: CronkeeperError):
-        return _error(503, str(exc))
+        return _error(400, str(exc))
 
     @app.errorhandler(Exception)
     def crash(exc: Exception):

@@ -12,7 +12,8 @@ from cronkeeper.cli import dlq as dlq_cli
 from cronkeeper.cli import explain as explain_cli
 from cronkeeper.cli import history as history_cli
 from cronkeeper.cli import status as status_cli
-from cronkeeper.errors import CronkeeperError, UsageError
+from cronkeeper.db.engine import translate_errors
+from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
 from cronkeeper.timing import TimingError, parse_instant
 from cronkeeper.web import pages
 from cronkeeper.web.app import ctx, login_post
@@ -136,9 +137,11 @@ def register(app: Flask) -> None:
 
     @app.get("/explain/<path:key>")
     def explain_page(key: str):
-        with ctx().engine.connect() as conn:
+        with translate_errors("reading the period's story"), ctx().engine.connect() as conn:
             try:
                 story = explain_cli.story(conn, key)
+            except DatabaseError:
+                raise
             except CronkeeperError as exc:
                 abort(404, str(exc))
         return render_template("explain.html", story=story, key=key)
@@ -189,9 +192,11 @@ def register(app: Flask) -> None:
 
     @app.get("/api/explain/<path:key>")
     def api_explain(key: str):
-        with ctx().engine.connect() as conn:
+        with translate_errors("reading the period's story"), ctx().engine.connect() as conn:
             try:
                 return _json(explain_cli.dumps(explain_cli.story(conn, key)))
+            except DatabaseError:
+                raise
             except CronkeeperError as exc:
                 abort(404, str(exc))
 

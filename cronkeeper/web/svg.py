@@ -31,6 +31,8 @@ def _shape(state: CellState, x: int) -> str:
 
 def strip_svg(strip: Strip) -> Markup:
     n = len(strip.cells)
+    if n == 0:
+        return Markup('<span class="muted strip-empty">no period due yet</span>')
     width = max(n * (W + GAP), W + GAP)
     out = [f'<svg class="strip" xmlns="http://www.w3.org/2000/svg" role="img" '
            f'aria-label="{escape(strip.label())}" width="{width}" height="{H}" '

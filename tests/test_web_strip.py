@@ -64,6 +64,13 @@ def test_svg_escapes_and_draws_a_shape_and_letter_per_state():
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "<b>" not in svg
     assert svg.count('data-state="skipped"') == 1 and svg.count('data-state="missing"') == 1
     assert ">S</text>" in svg and ">M</text>" in svg and "<title>" in svg
+    waiting = [Record.of(at(1), "emitted", emitted_at=at(1), job_state="available", attempts=0),
+               Record.of(at(2), "emitted", emitted_at=at(2), job_state="succeeded", attempts=1)]
+    svg = str(strip_svg(build_strip("s", versions, waiting, since=T0, now=at(2.5))))
+    assert svg.count('class="cell s-emitted waiting"') == 1  # hollow: no worker took it yet
+    assert svg.count('class="cell s-emitted"') == 1
+    assert "no period due yet" in str(strip_svg(build_strip("s", versions, [], since=T0,
+                                                              now=T0)))
 
 
 def test_window_reaches_back_far_enough_but_not_past_retention():

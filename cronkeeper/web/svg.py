@@ -40,8 +40,9 @@ def strip_svg(strip: Strip) -> Markup:
     for i, cell in enumerate(strip.cells):
         x = i * (W + GAP)
         state = cell.state
+        waiting = " waiting" if state is CellState.EMITTED and cell.job_state == "available" else ""
         out.append(
-            f'<g class="cell s-{state.value}" data-state="{state.value}" '
+            f'<g class="cell s-{state.value}{waiting}" data-state="{state.value}" '
             f'data-at="{escape(cell.scheduled_for)}"><title>{escape(cell.title)}</title>'
             f'{_shape(state, x)}'
             f'<text x="{x + W // 2}" y="{H - 7}">{LETTER[state]}</text></g>'

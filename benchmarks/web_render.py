@@ -11,6 +11,8 @@ server's own time, database reads included) and prints the best and median of th
 - the default page (the first 100 schedules, sorted by name), cold (the first request parses
   the 10,000 stored specs) and warm;
 - ``state=missing``: the filter that audits every schedule's strip, then shows one page;
+- ``state=dead``: a filter on a recorded state, where one statement first narrows the
+  schedules to those with such a record in their window;
 - ``owner=``: a filter on the parsed specs;
 - with ``--all-on-one-page``, ``per_page=10000``: all 10,000 rows and 480,000 strip cells in
   one document, once (it is why the page is paged: no browser wants that document either).
@@ -166,6 +168,8 @@ def main() -> None:
             ("schedules page, first 100 rows, warm", "/", args.runs),
             ("schedules page, page 50 of 100, warm", "/?page=50", args.runs),
             ("schedules page, state=missing (audits every strip)", "/?state=missing", args.runs),
+            ("schedules page, state=dead (SQL narrows, the audit decides)", "/?state=dead",
+             args.runs),
             ("schedules page, owner=team-3 (1 in 7)", "/?owner=team-3", args.runs),
             (f"schedules page, all {args.schedules} rows on one page", "/?per_page=10000",
              1 if args.all_on_one_page else 0),

@@ -230,6 +230,26 @@ def test_csrf_and_sec_fetch_site_guard_every_action(servers, seeded):
     assert back.status == 303 and paused(seeded, "alpha") is False
 
 
+def test_state_and_owner_filters(servers):
+    def listed(query: str) -> list[str]:
+        reply = call(servers["ro"], "GET", "/" + query)
+        assert reply.status == 200, reply.text[-500:]
+        return re.findall(r'<tr data-schedule="([^"]+)"', reply.text)
+
+    everyone = ["alpha", "gamma", "march-sundays", "november-sundays"]
+    assert listed("") == everyone  # dst-nightly was removed: not in force, not listed
+    assert listed("?state=missing") == ["alpha"]
+    assert listed("?state=dead") == ["alpha"]
+    assert listed("?state=running") == ["alpha"]
+    assert listed("?state=skipped") == ["alpha"]
+    assert listed("?state=emitted") == ["alpha"]
+    assert listed("?state=pending") == ["gamma"]
+    assert listed("?owner=team-b") == ["gamma"]
+    assert listed("?owner=team-b&state=missing") == []
+    assert listed("?per_page=2&page=2") == everyone[2:]
+    assert call(servers["ro"], "GET", "/?state=bogus").status == 400
+
+
 # -- escaping, errors --------------------------------------------------------------------------
 
 

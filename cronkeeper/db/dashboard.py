@@ -72,6 +72,32 @@ def periods_windows(
     return out
 
 
+def periods_windows_with(
+    conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
+    until: datetime, *, outcome: str, job_state: str | None = None,
+) -> set[str]:
+    """The schedules with at least one recorded period of ``outcome`` (and, when given, whose
+    job is in ``job_state``) in their window: the same scans as ``periods_windows``, but only
+    a name comes back per schedule. A superset test for the state filters of recorded
+    states; the audit decides."""
+    if not windows:
+        return set()
+    rows = raw(conn).execute(
+        """
+        SELECT w.s FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+        WHERE EXISTS (
+            SELECT 1 FROM periods p
+            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+            WHERE p.schedule = w.s AND p.scheduled_for >= w.since
+              AND p.scheduled_for <= %(until)s AND p.outcome = %(outcome)s
+              AND (%(job)s::text IS NULL OR o.state = %(job)s))
+        """,
+        {"names": [n for n, _ in windows], "sinces": [s for _, s in windows], "until": until,
+         "outcome": outcome, "job": job_state},
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
 def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> list[dict[str, Any]]:
     """Every registered instance of the cluster, stale ones too, with its heartbeat's age in
     seconds (the primary key's cluster prefix)."""

@@ -30,6 +30,9 @@ from cronkeeper.web.strip import (
 from cronkeeper.web.svg import strip_svg
 
 PER_PAGE = 100
+# States a strip shows only for a recorded period: (outcome, job state) that must exist.
+RECORDED_STATES = {"emitted": ("emitted", None), "skipped": ("skipped", None),
+                   "dead": ("emitted", "dead"), "running": ("emitted", "running")}
 LIVE_WITHIN = 30.0  # seconds: an instance whose heartbeat is older is marked stale
 FAR = datetime(9999, 1, 1, tzinfo=UTC)
 
@@ -104,17 +107,25 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         chosen = names if strip_state else names[first:first + per_page]
         windows = [(n, window_start(current[n], now, periods, retention_days, cache.triggers))
                    for n in chosen]
+        recorded = RECORDED_STATES.get(strip_state or "")
+        if recorded:  # only schedules with such a record can show such a cell
+            holders = dbd.periods_windows_with(conn, windows, now, outcome=recorded[0],
+                                               job_state=recorded[1])
+            windows = [w for w in windows if w[0] in holders]
+            names = [n for n in names if n in holders]
         records = dbd.periods_windows(conn, windows, now)
-        rows = {name: strip_rows(name, current[name], records_from_rows(records[name]),
-                                 since=since, now=now, periods=periods, triggers=cache.triggers)
-                for name, since in windows}
+        audited = {name: strip_rows(name, current[name], records_from_rows(records[name]),
+                                    since=since, now=now, periods=periods,
+                                    triggers=cache.triggers)
+                   for name, since in windows}
         if strip_state:  # the filter needs every schedule's states, not their drawings
             wanted = CellState(strip_state)
-            names = [n for n in names if any(state_of(r) is wanted for r in rows[n])]
+            names = [n for n in names if any(state_of(r) is wanted for r in audited[n])]
             shown = names[first:first + per_page]
         else:
             shown = chosen
-        strips: dict[str, Strip] = {n: strip_from_rows(n, current[n], rows[n]) for n in shown}
+        strips: dict[str, Strip] = {n: strip_from_rows(n, current[n], audited[n])
+                                    for n in shown}
         latest = dba.periods_latest(conn, shown)
         conn.rollback()
     rows = []

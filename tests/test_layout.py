@@ -92,3 +92,35 @@ def test_only_the_web_imports_the_web_extra():
         if bad:
             offenders[rel] = bad
     assert offenders == {}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_worker_package_has_no_import_circle():
+    """The worker's leaf modules (execute, recorder) take a ``runtime.Host``, not the loop's
+    Worker: no module of the package imports one that imports it back, TYPE_CHECKING
+    imports included (a circle there is still a circle to the reader)."""
+    graph: dict[str, set[str]] = {}
+    for path in modules("worker"):
+        name = _module_name(path)
+        graph[name] = {n for n in imports(path) if n.startswith("cronkeeper.worker.")}
+    assert len(graph) >= 8
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                if reaches(nxt, goal, seen):
+                    return True
+        return False
+
+    circles = sorted(name for name in graph if reaches(name, name, set()))
+    assert circles == []

@@ -4,7 +4,6 @@ schedule files. Returns the attempt's ending, or None when the job was handed ba
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
@@ -12,15 +11,12 @@ from cronkeeper.worker import commands
 from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
 from cronkeeper.worker.context import JobContext
 from cronkeeper.worker.registry import resolve
-from cronkeeper.worker.runtime import Running
-
-if TYPE_CHECKING:
-    from cronkeeper.worker.loop import Worker
+from cronkeeper.worker.runtime import Host, Running
 
 log = logging.getLogger("cronkeeper.worker")
 
 
-def execute(worker: Worker, held: Running) -> Ending | None:
+def execute(worker: Host, held: Running) -> Ending | None:
     try:
         if held.job.task == "command":
             return run_command(worker, held)
@@ -29,7 +25,7 @@ def execute(worker: Worker, held: Running) -> Ending | None:
         return exception_ending(exc)
 
 
-def run_task(worker: Worker, held: Running) -> Ending:
+def run_task(worker: Host, held: Running) -> Ending:
     job = held.job
     handler = resolve(job.task)
     payload = handler.prepare(job.payload)
@@ -42,7 +38,7 @@ def run_task(worker: Worker, held: Running) -> Ending:
     return Ending(Kind.SUCCEEDED)
 
 
-def run_command(worker: Worker, held: Running) -> Ending | None:
+def run_command(worker: Host, held: Running) -> Ending | None:
     job, cfg = held.job, worker.config
     version = None
     if job.version_id is not None:
@@ -63,7 +59,7 @@ def run_command(worker: Worker, held: Running) -> Ending | None:
         except DatabaseError:
             pass  # the lease will expire and the job comes back
         log.warning("command waiting: job=%d key=%s: %s", job.id, job.key, decision.reason, extra={"action": "command_waiting"})
-        worker._forget(held)
+        worker.forget(held)
         return None
     assert decision.spec is not None and decision.spec.command is not None
     env = commands.job_env(job.schedule, job.scheduled_for, job.key, job.attempt,

@@ -233,11 +233,11 @@ class Worker:
             if ending.kind is Kind.SUCCEEDED:
                 ending = self._commit_with_completion(held)
                 if ending.kind is Kind.SUCCEEDED:
-                    self._forget(held)
+                    self.forget(held)
                     return
             else:
                 ctx.finish(commit=False)
-        self._forget(held, keep_until_recorded=True)
+        self.forget(held, keep_until_recorded=True)
         self.endings.put((held, ending))
 
     def _commit_with_completion(self, held: Running) -> Ending:
@@ -259,7 +259,7 @@ class Worker:
             ctx.finish(commit=False)
             return Ending(Kind.RETRYABLE, f"committing the job's transaction failed: {exc}")
 
-    def _forget(self, held: Running, keep_until_recorded: bool = False) -> None:
+    def forget(self, held: Running, keep_until_recorded: bool = False) -> None:
         with self._lock:
             self.running.pop(held.job.id, None)
         self._wake.set()
@@ -306,7 +306,7 @@ class Worker:
             log.error("task timed out: job=%d key=%s attempt=%d timeout=%.1fs: handler "
                       "thread abandoned, attempt recorded as timeout", held.job.id, held.job.key,
                       held.job.attempt, held.job.timeout, extra={"action": "task_timed_out"})
-            self._forget(held)
+            self.forget(held)
             self.endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
         self.abandoned = [t for t in self.abandoned if t.is_alive()]
         if len(self.abandoned) >= self.config.concurrency and not self._stopping.is_set():
@@ -334,7 +334,7 @@ class Worker:
                 kill_group(held.proc, 0.0)
             log.warning("job released: job=%d key=%s attempt=%d", held.job.id, held.job.key,
                         held.job.attempt, extra={"action": "job_released"})
-            self._forget(held)
+            self.forget(held)
             self.endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
                                             "the job finished (drain timeout)")))
 

@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import logging
 import queue
-from typing import TYPE_CHECKING
 
 from cronkeeper import clock, metrics
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind, next_state
-from cronkeeper.worker.runtime import Backoff, Running
-
-if TYPE_CHECKING:
-    from cronkeeper.worker.loop import Worker
+from cronkeeper.worker.runtime import Backoff, Host, Running
 
 log = logging.getLogger("cronkeeper.worker")
 
 MAX_BATCH = 1000
 
 
-def record_loop(worker: Worker) -> None:
+def record_loop(worker: Host) -> None:
     endings = worker.endings
     backoff = Backoff()
     pending: list[tuple[Running, Ending]] = []
@@ -59,7 +55,7 @@ def record_loop(worker: Worker) -> None:
     worker.recorder_done.set()
 
 
-def record(worker: Worker, pending: list[tuple[Running, Ending]]) -> None:
+def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     """Record the endings; successes leave ``pending`` once committed (so a retry after the
     failures' statement failed does not count them as lost)."""
     cfg = worker.config

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import random
 import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cronkeeper import clock
 from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
@@ -154,6 +157,23 @@ class Database:
     @property
     def is_down(self) -> bool:
         return self._down_since is not None
+
+
+class Host(Protocol):
+    """What the leaf modules (execute, recorder) use of the worker that runs them: the loop's
+    ``Worker`` provides it, and they import this instead of the loop (no import circle)."""
+
+    config: WorkerConfig
+    engine: Engine
+    db: Database
+    endings: queue.SimpleQueue[tuple[Running, object]]
+    stats: dict[str, int]
+    rand: random.Random
+    recorder_done: threading.Event
+    drain_deadline: float | None
+
+    def forget(self, held: Running) -> None:
+        """The job is no longer held (its ending is queued, or it was handed back)."""
 
 
 class Backoff:

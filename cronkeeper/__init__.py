@@ -1,20 +1,20 @@
 """cronkeeper: distributed cron that writes exactly one job per period into a PostgreSQL outbox.
 
-``cronkeeper.enqueue`` and ``cronkeeper.PermanentError`` load lazily, so ``import cronkeeper``
+``cronkeeper.enqueue``, ``cronkeeper.enqueue_many`` and ``cronkeeper.PermanentError`` load lazily, so ``import cronkeeper``
 stays light (no SQLAlchemy or psycopg until they are used).
 """
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["PermanentError", "__version__", "enqueue"]
+__all__ = ["PermanentError", "__version__", "enqueue", "enqueue_many"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "enqueue":
-        from cronkeeper.db.enqueue import enqueue
+    if name in ("enqueue", "enqueue_many"):
+        from cronkeeper.db import enqueue
 
-        return enqueue
+        return getattr(enqueue, name)
     if name == "PermanentError":
         from cronkeeper.errors import PermanentError
 

@@ -99,3 +99,29 @@ def test_a_direct_connection_is_accepted_as_pinned(database_url, schema):
     url = normalize_url(database_url)
     with dbl.lock_connect(url, schema, "t") as conn, dbl.lock_connect(url, schema, "probe") as probe:
         assert dbl.session_is_pinned(conn, probe) is True
+
+
+def test_worker_wakeups_detect_a_transaction_pooling_proxy_and_leave_polling(pgbouncer, private_pg, caplog):
+    """LISTEN through PgBouncer in transaction mode would listen on a backend the proxy hands
+    to others: the worker's listener must notice, say so, and leave the worker to poll."""
+    import logging
+    import threading
+
+    from cronkeeper.db.engine import make_engine, normalize_url
+    from cronkeeper.worker.wakeups import Wakeups
+
+    engine = make_engine(normalize_url(pgbouncer), private_pg.new_schema())
+    woken: list[int] = []
+    stopping = threading.Event()
+    wakeups = Wakeups(engine, "cronkeeper", 1.0, lambda: woken.append(1), stopping)
+    with caplog.at_level(logging.WARNING, logger="cronkeeper.worker"):
+        wakeups.start()
+        wakeups.thread.join(60)
+    stopping.set()
+    engine.dispose()
+    assert not wakeups.thread.is_alive()
+    assert not wakeups.listening.is_set() and woken == []
+    unavailable = [r for r in caplog.records if getattr(r, "action", None) == "listen_unavailable"]
+    assert len(unavailable) == 1
+    assert "transaction-pooling proxy" in unavailable[0].getMessage()
+    assert "polls every 1s" in unavailable[0].getMessage()

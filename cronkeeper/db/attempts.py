@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.outbox import driver
+from cronkeeper.db.wake import wake
 
 _REGISTER = """
 INSERT INTO instances (cluster, instance_id, kind, host, pid, version, schedules_digest,
@@ -72,12 +73,15 @@ def outbox_dead_list(
     return cur.execute(_DEAD_LIST, params).fetchall()
 
 
-_DEAD_REPLAY = """
-UPDATE outbox
-SET state = 'available', attempts = 0, run_after = now(), finished_at = NULL,
-    leased_by = NULL, lease_expires_at = NULL
-WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[])
-RETURNING id
+_DEAD_REPLAY = f"""
+WITH replayed AS (
+    UPDATE outbox
+    SET state = 'available', attempts = 0, run_after = now(), finished_at = NULL,
+        leased_by = NULL, lease_expires_at = NULL
+    WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[])
+    RETURNING id
+), woke AS ({wake("replayed")})
+SELECT id FROM replayed, woke
 """
 
 

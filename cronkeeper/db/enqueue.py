@@ -1,14 +1,18 @@
-"""``cronkeeper.enqueue``: an application's own job, written into the outbox inside the
-application's transaction (the outbox pattern): the job exists if and only if the caller commits.
+"""``cronkeeper.enqueue`` and ``cronkeeper.enqueue_many``: an application's own jobs, written into
+the outbox inside the application's transaction (the outbox pattern): the jobs exist if and only
+if the caller commits.
 
-Accepts a SQLAlchemy ``Connection`` or a psycopg 3 ``Connection``. The statement is schema-
+Accepts a SQLAlchemy ``Connection`` or a psycopg 3 ``Connection``. The statements are schema-
 qualified, so the connection needs no particular search_path. A duplicate ``key`` inserts nothing
-and returns ``None`` (the existing job is left exactly as it is); a new job returns its id.
+and comes back as ``None`` (the existing job is left exactly as it is); a new job returns its id.
+Each statement wakes idle workers (``pg_notify``, delivered at commit: see ``db/wake.py``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,17 +20,59 @@ import psycopg
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import check_schema_name, translate_errors
+from cronkeeper.db.wake import wake, wake_channel
 from cronkeeper.errors import UsageError
 
+DEFAULT_BACKOFF = {"base": 30, "factor": 2, "max": 3600}
+_DEFAULT_BACKOFF_JSON = json.dumps(DEFAULT_BACKOFF)
+
 _INSERT = """
-INSERT INTO {schema}.outbox (idempotency_key, task, payload, run_after, max_attempts,
-                             timeout_seconds, backoff)
-VALUES (%(key)s, %(task)s, %(payload)s::jsonb,
-        coalesce(%(at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
-        %(max_attempts)s, %(timeout)s, %(backoff)s::jsonb)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id
+WITH ins AS (
+    INSERT INTO {schema}.outbox (idempotency_key, task, payload, run_after, max_attempts,
+                                 timeout_seconds, backoff)
+    VALUES (%(key)s, %(task)s, %(payload)s::jsonb,
+            coalesce(%(at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
+            %(max_attempts)s, %(timeout)s, %(backoff)s::jsonb)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+), woke AS ({wake})
+SELECT id FROM ins, woke
 """
+
+# One statement for the whole list: the columns travel as arrays, the rows are inserted in input
+# order (ids ascend with it), duplicates of existing keys are skipped by the unique index.
+_INSERT_MANY = """
+WITH ins AS (
+    INSERT INTO {schema}.outbox (idempotency_key, task, payload, run_after, max_attempts,
+                                 timeout_seconds, backoff)
+    SELECT j.key, j.task, j.payload::jsonb,
+           coalesce(j.at, now()) + make_interval(secs => j.delay),
+           j.max_attempts, j.timeout, j.backoff::jsonb
+    FROM unnest(%(keys)b::text[], %(tasks)b::text[], %(payloads)b::text[],
+                %(ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int4[],
+                %(timeouts)b::float8[], %(backoffs)b::text[])
+         WITH ORDINALITY AS j(key, task, payload, at, delay, max_attempts, timeout, backoff, ord)
+    ORDER BY j.ord
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING idempotency_key, id
+), woke AS ({wake})
+SELECT array_agg(ins.idempotency_key), array_agg(ins.id) FROM ins, woke
+"""
+
+_FIELDS = ("task", "payload", "key", "run_after", "max_attempts", "timeout", "backoff")
+_FIELD_SET = frozenset(_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    key: str
+    task: str
+    payload: str
+    at: datetime | None
+    delay: float
+    max_attempts: int
+    timeout: float
+    backoff: str
 
 
 def enqueue(
@@ -46,46 +92,117 @@ def enqueue(
     ``run_after``: an aware datetime, a delay (timedelta or seconds), or None for "now" (the
     transaction's time). Nothing is committed here: the caller's commit publishes the job.
     """
-    if not task or not isinstance(task, str):
-        raise UsageError("enqueue: task must be a non-empty string")
-    if not key or not isinstance(key, str):
-        raise UsageError("enqueue: key must be a non-empty string (the job's idempotency key)")
-    if max_attempts < 1:
-        raise UsageError("enqueue: max_attempts must be at least 1")
-    at, delay = _when(run_after)
+    job = _job("enqueue", task, payload, key, run_after, max_attempts, timeout, backoff)
     params = {
-        "key": key, "task": task, "at": at, "delay": delay,
-        "payload": json.dumps(payload if payload is not None else {}, allow_nan=False),
-        "max_attempts": max_attempts, "timeout": float(timeout),
-        "backoff": json.dumps(backoff or {"base": 30, "factor": 2, "max": 3600}),
+        "key": job.key, "task": job.task, "at": job.at, "delay": job.delay,
+        "payload": job.payload, "max_attempts": job.max_attempts, "timeout": job.timeout,
+        "backoff": job.backoff, "channel": wake_channel(schema),
     }
-    sql = _INSERT.format(schema=_quoted(schema))
-    with translate_errors("enqueueing a job"):
+    sql = _INSERT.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s"))
+    rows = _execute(connection, sql, params, "enqueue")
+    return int(rows[0][0]) if rows else None
+
+
+def enqueue_many(
+    connection: sa.Connection | psycopg.Connection,
+    jobs: Iterable[Mapping[str, Any]],
+    *,
+    schema: str = "cronkeeper",
+) -> list[int | None]:
+    """Insert many jobs in one statement, in the caller's transaction.
+
+    ``jobs``: mappings with ``enqueue``'s arguments as keys (``task`` and ``key`` required;
+    ``payload``, ``run_after``, ``max_attempts``, ``timeout``, ``backoff`` optional), checked
+    exactly as ``enqueue`` checks them; one bad job refuses the whole call, before anything is
+    written. Returns the ids in input order: ``None`` where the key already existed (a job of
+    an earlier transaction, or an earlier item of this same list), never a second job.
+    """
+    if isinstance(jobs, Mapping | str | bytes) or not isinstance(jobs, Iterable):
+        raise UsageError("enqueue_many: jobs must be an iterable of mappings (one per job), "
+                         f"not {type(jobs).__name__}")
+    checked: list[_Job] = []
+    for n, item in enumerate(jobs):
+        where = f"enqueue_many: jobs[{n}]"
+        if not isinstance(item, Mapping):
+            raise UsageError(f"{where}: expected a mapping with keys {', '.join(_FIELDS)}, "
+                             f"not {type(item).__name__}")
+        if not item.keys() <= _FIELD_SET:
+            unknown = sorted(str(k) for k in item if k not in _FIELD_SET)
+            raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                             f"expected some of {', '.join(_FIELDS)}")
+        if "task" not in item or "key" not in item:
+            raise UsageError(f"{where}: 'task' and 'key' are required")
+        checked.append(_job(
+            where, item["task"], item.get("payload"), item["key"], item.get("run_after"),
+            item.get("max_attempts", 5), item.get("timeout", 600.0), item.get("backoff"),
+        ))
+    check_schema_name(schema)
+    if not checked:
+        return []
+    first: dict[str, int] = {}  # key -> index of its first occurrence: the one sent
+    for n, job in enumerate(checked):
+        first.setdefault(job.key, n)
+    sent = [checked[n] for n in sorted(first.values())]
+    params = {
+        "keys": [j.key for j in sent], "tasks": [j.task for j in sent],
+        "payloads": [j.payload for j in sent], "ats": [j.at for j in sent],
+        "delays": [j.delay for j in sent], "max_attempts": [j.max_attempts for j in sent],
+        "timeouts": [j.timeout for j in sent], "backoffs": [j.backoff for j in sent],
+        "channel": wake_channel(schema),
+    }
+    sql = _INSERT_MANY.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s"))
+    (keys, new_ids), = _execute(connection, sql, params, "enqueue_many")
+    ids = dict(zip(keys or (), new_ids or (), strict=True))
+    return [ids.get(job.key) if first[job.key] == n else None for n, job in enumerate(checked)]
+
+
+def _execute(connection: Any, sql: str, params: dict[str, Any], name: str) -> list[tuple]:
+    with translate_errors(f"{name}: writing to the outbox"):
         if isinstance(connection, sa.Connection):
             # Through SQLAlchemy, so its transaction begins and the caller's commit covers it.
-            row = connection.exec_driver_sql(sql, params).fetchone()
-        elif isinstance(connection, psycopg.Connection):
-            row = connection.execute(sql, params).fetchone()
-        else:
-            raise UsageError(
-                "enqueue needs a SQLAlchemy Connection or a psycopg Connection, "
-                f"not {type(connection).__name__}"
-            )
-    return None if row is None else int(row[0])
+            return list(connection.exec_driver_sql(sql, params).fetchall())
+        if isinstance(connection, psycopg.Connection):
+            return connection.execute(sql, params).fetchall()
+    raise UsageError(f"{name} needs a SQLAlchemy Connection or a psycopg Connection, "
+                     f"not {type(connection).__name__}")
 
 
-def _when(run_after: datetime | timedelta | float | None) -> tuple[datetime | None, float]:
+def _job(where: str, task: Any, payload: Any, key: Any, run_after: Any, max_attempts: Any,
+         timeout: Any, backoff: Any) -> _Job:
+    """One job's arguments, checked (UsageError says which and why) and encoded."""
+    if not task or not isinstance(task, str):
+        raise UsageError(f"{where}: task must be a non-empty string")
+    if not key or not isinstance(key, str):
+        raise UsageError(f"{where}: key must be a non-empty string (the job's idempotency key)")
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise UsageError(f"{where}: max_attempts must be an integer of at least 1")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise UsageError(f"{where}: timeout must be a positive number of seconds")
+    if payload is not None and not isinstance(payload, Mapping):
+        raise UsageError(f"{where}: payload must be a JSON object (a mapping), "
+                         f"not {type(payload).__name__}")
+    at, delay = _when(where, run_after)
+    try:
+        payload_json = "{}" if not payload else json.dumps(
+            payload if isinstance(payload, dict) else dict(payload), allow_nan=False)
+        backoff_json = json.dumps(backoff, allow_nan=False) if backoff else _DEFAULT_BACKOFF_JSON
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: payload and backoff must be strict JSON: {exc}") from None
+    return _Job(key, task, payload_json, at, delay, max_attempts, float(timeout), backoff_json)
+
+
+def _when(where: str, run_after: Any) -> tuple[datetime | None, float]:
     if run_after is None:
         return None, 0.0
     if isinstance(run_after, datetime):
         if run_after.tzinfo is None:
-            raise UsageError("enqueue: run_after must be timezone-aware")
+            raise UsageError(f"{where}: run_after must be timezone-aware")
         return run_after, 0.0
     if isinstance(run_after, timedelta):
         return None, run_after.total_seconds()
-    if isinstance(run_after, int | float):
+    if isinstance(run_after, int | float) and not isinstance(run_after, bool):
         return None, float(run_after)
-    raise UsageError("enqueue: run_after must be a datetime, a timedelta, seconds or None")
+    raise UsageError(f"{where}: run_after must be a datetime, a timedelta, seconds or None")
 
 
 def _quoted(schema: str) -> str:

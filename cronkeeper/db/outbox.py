@@ -24,6 +24,8 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from cronkeeper.db.wake import wake
+
 # payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
 # .backoff): a batch of no-op jobs should not pay two JSON parses per job up front.
 COLUMNS = (
@@ -121,6 +123,24 @@ def outbox_claim(
     return _jobs(driver(conn).execute(_CLAIM, params, binary=True).fetchall())
 
 
+_NEXT_DUE = f"""
+SELECT extract(epoch FROM min(run_after) - now())::float8 FROM outbox
+WHERE state = 'available' AND run_after > now() {_FILTERS}
+"""
+
+
+def outbox_next_due(
+    conn: sa.Connection,
+    *,
+    tasks: list[str] | None = None,
+    schedules: list[str] | None = None,
+) -> float | None:
+    """Seconds until the earliest available job that is not due yet (None: there is none), so
+    an idle worker sleeps until then rather than a whole poll interval (index outbox_available)."""
+    params = {"tasks": tasks, "schedules": schedules, "exclude": []}
+    return driver(conn).execute(_NEXT_DUE, params).fetchone()[0]
+
+
 _SERIAL_CANDIDATES = f"""
 SELECT DISTINCT schedule FROM outbox
 WHERE state = 'available' AND serial AND run_after <= now() AND schedule IS NOT NULL {_FILTERS}
@@ -211,13 +231,13 @@ WITH f AS (
     FROM f
     WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts
+    RETURNING o.id, o.attempts, o.state
 ), recorded AS (
     UPDATE attempts a SET finished_at = clock_timestamp(), outcome = f.outcome, error = f.error
     FROM done JOIN f ON f.id = done.id
     WHERE a.job_id = done.id AND a.attempt = done.attempts
-)
-SELECT id FROM done
+), woke AS (""" + wake("done WHERE state = 'available'") + """)
+SELECT id FROM done, woke
 """
 
 
@@ -256,8 +276,10 @@ WITH back AS (
     WHERE o.id = %(id)s AND o.attempts = %(attempt)s AND o.state = 'running'
       AND o.leased_by = %(worker)s
     RETURNING o.id
-)
-DELETE FROM attempts a USING back WHERE a.job_id = back.id AND a.attempt = %(attempt)s
+), forgotten AS (
+    DELETE FROM attempts a USING back WHERE a.job_id = back.id AND a.attempt = %(attempt)s
+), woke AS (""" + wake("back") + """)
+SELECT woke FROM woke
 """
 
 
@@ -305,12 +327,12 @@ WITH expired AS (
         last_error = 'lease expired: worker ' || coalesce(expired.leased_by, '?')
                      || ' stopped heartbeating during attempt ' || o.attempts
     FROM expired WHERE o.id = expired.id
-    RETURNING o.id, o.attempts, o.last_error
+    RETURNING o.id, o.attempts, o.last_error, o.state
 ), recorded AS (
     UPDATE attempts a SET finished_at = now(), outcome = 'lease_expired', error = back.last_error
     FROM back WHERE a.job_id = back.id AND a.attempt = back.attempts AND a.finished_at IS NULL
-)
-SELECT count(*) FROM back
+), woke AS (""" + wake("back WHERE state = 'available'") + """)
+SELECT count(*) FROM back, woke
 """
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import psycopg
 
+from cronkeeper.db.wake import wake
+
 
 @dataclass(frozen=True, slots=True)
 class VersionRow:
@@ -146,9 +148,9 @@ WITH decided AS (
     WHERE c.outcome = 'emitted' AND j.key IS NOT NULL
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, schedule, scheduled_for
-)
+), woke AS (""" + wake("emitted") + """)
 SELECT c.schedule, c.scheduled_for, c.outcome, e.id
-FROM claimed c LEFT JOIN emitted e USING (schedule, scheduled_for)
+FROM claimed c LEFT JOIN emitted e USING (schedule, scheduled_for) CROSS JOIN woke
 """
 
 
@@ -237,10 +239,14 @@ def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:
     """A manual job (``trigger``): an outbox row with no period behind it."""
     return conn.execute(
         """
-        INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, payload,
-                            max_attempts, run_after, timeout_seconds, backoff, serial, owner)
-        VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s::jsonb, %s, %s)
-        RETURNING id
+        WITH ins AS (
+            INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task,
+                                payload, max_attempts, run_after, timeout_seconds, backoff,
+                                serial, owner)
+            VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s::jsonb, %s, %s)
+            RETURNING id
+        ), woke AS (""" + wake("ins") + """)
+        SELECT id FROM ins, woke
         """,
         (row.key, row.schedule, row.scheduled_for, row.version_id, row.task, row.payload_json,
          row.max_attempts, row.run_after, row.timeout, row.backoff_json, row.serial, row.owner),

@@ -7,7 +7,11 @@ Threads:
 - the recorder batches endings: successes in one fenced UPDATE over unnest arrays, failures in
   another; kept and retried while the database is away;
 - the supervisor extends the leases of held jobs (heartbeat), times out task handlers, and
-  heartbeats the worker's row in ``instances``.
+  heartbeats the worker's row in ``instances``;
+- the listener (``wakeups.py``) LISTENs for the schema's wake-ups and pokes the claim loop.
+
+When a claim comes back short the loop sleeps until a wake-up, the earliest ``run_after`` of a
+job not due yet, or the poll interval, whichever comes first.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from cronkeeper.worker.execute import execute
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
 from cronkeeper.worker.runtime import Backoff, Database, Running, WorkerConfig
+from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.worker")
 
@@ -43,6 +48,10 @@ class Worker:
         self._stopping = threading.Event()
         self.drain_deadline: float | None = None
         self._wake = threading.Event()
+        self._notified = threading.Event()  # a wake-up came: claim as soon as there is room
+        self._next_due: float | None = None  # seconds to the earliest job not due yet
+        self.wakeups = Wakeups(engine, config.schema, config.poll_interval, self.notify,
+                               self._stopping)
         self.recorder_done = threading.Event()
         self._runners = Runners(config.concurrency, self._execute)
         self.rand = random.Random()
@@ -64,6 +73,11 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
+    def notify(self) -> None:
+        """A wake-up: jobs became available (called by the listener thread)."""
+        self._notified.set()
+        self._wake.set()
+
     # -- main loop -------------------------------------------------------------------------
 
     def run(self) -> int:
@@ -74,6 +88,7 @@ class Worker:
         self._runners.start()
         recorder.start()
         supervisor.start()
+        self.wakeups.start()
         log.info("worker started: worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency, extra={"action": "worker_started"})
         backoff = Backoff()
         next_reap = 0.0
@@ -98,12 +113,18 @@ class Worker:
 
     def _await_room(self, full: bool) -> None:
         """Wait before the next claim: for room for a good batch when jobs are waiting (one
-        statement per job would cap throughput), else for the poll interval."""
+        statement per job would cap throughput); else for a wake-up, the next job's
+        ``run_after`` or the poll interval."""
         cfg = self.config
         threshold = max(1, min(cfg.batch_size, cfg.concurrency) // 2)
-        deadline = clock.monotonic() + cfg.poll_interval
+        wait = cfg.poll_interval
+        if not full and self._next_due is not None:
+            wait = min(wait, max(0.0, self._next_due))
+        deadline = clock.monotonic() + wait
         while not self._stopping.is_set():
             free = self._free()
+            if not full and free > 0 and self._notified.is_set():
+                return  # (while jobs wait, a claim takes a batch when there is room for one)
             if full and free >= threshold:
                 return
             remaining = deadline - clock.monotonic()
@@ -111,9 +132,6 @@ class Worker:
                 return
             self._wake.wait(remaining)
             self._wake.clear()
-            if not full and free > 0:
-                # Nothing was waiting at the last claim: only the poll interval brings more.
-                continue
 
     def _register_until_up(self) -> None:
         from cronkeeper.timing.zones import tzdata_version
@@ -150,6 +168,7 @@ class Worker:
         free = self._free()
         if free <= 0:
             return False
+        self._notified.clear()  # this claim answers every wake-up heard so far
         with self._lock:
             per_task: dict[str, int] = {}
             for r in self.running.values():
@@ -165,6 +184,10 @@ class Worker:
             )
         self._start(jobs)
         full = len(jobs) == want
+        self._next_due = None
+        if not full:
+            with self.db.statement("finding the next due job") as conn:
+                self._next_due = db.outbox_next_due(conn, tasks=cfg.tasks, schedules=cfg.schedules)
         for name in limited:
             room = min(cfg.limits[name] - per_task.get(name, 0), self._free())
             if room <= 0 or (cfg.tasks is not None and name not in cfg.tasks):

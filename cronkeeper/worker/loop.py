@@ -31,7 +31,7 @@ from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import execute
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
-from cronkeeper.worker.runtime import Backoff, Database, Running, WorkerConfig
+from cronkeeper.worker.runtime import Ahead, Backoff, Database, Running, WorkerConfig
 from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.worker")
@@ -50,6 +50,9 @@ class Worker:
         self._wake = threading.Event()
         self._notified = threading.Event()  # a wake-up came: claim as soon as there is room
         self._next_due: float | None = None  # seconds to the earliest job not due yet
+        self.ahead = Ahead(config.concurrency, config.batch_size)
+        self._capacity = config.concurrency  # threads + jobs claimed ahead (set by each claim)
+        self._wake_below = -1  # forget() wakes the claim loop when fewer jobs are held
         self.wakeups = Wakeups(engine, config.schema, config.poll_interval, self.notify,
                                self._stopping)
         self.recorder_done = threading.Event()
@@ -116,7 +119,8 @@ class Worker:
         statement per job would cap throughput); else for a wake-up, the next job's
         ``run_after`` or the poll interval."""
         cfg = self.config
-        threshold = max(1, min(cfg.batch_size, cfg.concurrency) // 2)
+        threshold = self._threshold()
+        self._wake_below = self._capacity - threshold if full else -1
         wait = cfg.poll_interval
         if not full and self._next_due is not None:
             wait = min(wait, max(0.0, self._next_due))
@@ -156,23 +160,33 @@ class Worker:
         if n:
             log.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
 
+    def _threshold(self) -> int:
+        return max(1, min(self.config.batch_size, self._capacity) // 2)
+
     def _free(self) -> int:
         backlog = self.endings.qsize()
         if backlog > 4 * self.config.batch_size:
             return 0
-        return self.config.concurrency - len(self.running)
+        return self._capacity - len(self.running)
 
     def _claim_round(self) -> bool:
         """Claim what fits; True when a claim came back full (more is probably waiting)."""
         cfg = self.config
-        free = self._free()
-        if free <= 0:
-            return False
+        if self._free() <= 0:
+            return True  # no room: wait for it (the loop is woken when there is)
         self._notified.clear()  # this claim answers every wake-up heard so far
+        now = clock.monotonic()
         with self._lock:
             per_task: dict[str, int] = {}
+            longest = 0.0
             for r in self.running.values():
                 per_task[r.job.task] = per_task.get(r.job.task, 0) + 1
+                if r.started and now - r.started > longest:
+                    longest = now - r.started
+        self._capacity = cfg.concurrency + self.ahead.extra(longest)
+        free = self._free()
+        if free <= 0:
+            return True
         limited = list(cfg.limits)
         full_tasks = [t for t in limited if per_task.get(t, 0) >= cfg.limits[t]]
         want = min(free, cfg.batch_size)
@@ -243,6 +257,7 @@ class Worker:
         held.deadline = held.started + held.job.timeout
         metrics.current().job_started(held.job.schedule, held.job.owner)
         ending = execute(self, held)
+        self.ahead.observe(clock.monotonic() - held.started)
         if ending is None or not held.settle():
             if held.ctx is not None:
                 held.ctx.finish(commit=False)
@@ -285,7 +300,9 @@ class Worker:
     def forget(self, held: Running, keep_until_recorded: bool = False) -> None:
         with self._lock:
             self.running.pop(held.job.id, None)
-        self._wake.set()
+            held_now = len(self.running)
+        if (held_now <= self._wake_below or self._stopping.is_set()) and not self._wake.is_set():
+            self._wake.set()  # room for a batch (waking the loop per job costs a thread switch)
 
     # -- supervisor -------------------------------------------------------------------------
 

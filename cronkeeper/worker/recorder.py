@@ -1,5 +1,5 @@
-"""The recorder thread: job endings, batched. Successes are one fenced UPDATE over unnest
-arrays, failures another, on a connection the thread keeps (autocommit: each statement is
+"""The recorder thread: job endings, batched (it waits up to ``LINGER`` for more while jobs are
+held). Successes are one fenced UPDATE over unnest arrays, failures another, on a connection the thread keeps (autocommit: each statement is
 atomic and fenced on its own). Endings are kept in memory and retried while the database is
 away; a lost lease (the fence refused the ending) is counted and logged."""
 
@@ -17,6 +17,7 @@ from cronkeeper.worker.runtime import Backoff, Host, Running
 log = logging.getLogger("cronkeeper.worker")
 
 MAX_BATCH = 1000
+LINGER = 0.005  # seconds the recorder waits for more endings while jobs are still held
 
 
 def record_loop(worker: Host) -> None:
@@ -27,6 +28,7 @@ def record_loop(worker: Host) -> None:
     while True:
         try:
             item = endings.get(timeout=0.5)
+            linger_until = clock.monotonic() + LINGER
             while True:
                 if item[0] is None:
                     closing = True
@@ -34,7 +36,15 @@ def record_loop(worker: Host) -> None:
                     pending.append(item)  # type: ignore[arg-type]
                 if len(pending) >= MAX_BATCH:
                     break
-                item = endings.get_nowait()
+                try:
+                    item = endings.get_nowait()
+                except queue.Empty:
+                    # More endings are coming while jobs are held: wait a moment for them, so a
+                    # stream of fast jobs is recorded in batches, not one statement per job.
+                    wait = linger_until - clock.monotonic()
+                    if closing or wait <= 0 or not worker.running:
+                        raise
+                    item = endings.get(timeout=wait)
         except queue.Empty:
             pass
         if pending:

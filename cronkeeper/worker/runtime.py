@@ -159,6 +159,38 @@ class Database:
         return self._down_since is not None
 
 
+class Ahead:
+    """How many jobs to claim beyond the free threads, so that a stream of fast handlers costs
+    one claim statement per batch rather than one per handful of jobs.
+
+    As many as the threads are expected to *start* within ``HORIZON`` seconds, judged by a
+    moving average of recent handler durations, capped at the batch size: ``batch_size`` for
+    handlers that take a millisecond, none for handlers that take ``HORIZON`` or more. None
+    before the first handler finished, and none while any handler has been running longer
+    than ``STUCK`` seconds: a job is never held waiting behind slow ones while other workers
+    could run it. A job claimed ahead holds its lease (heartbeats extend it) and its attempt
+    row, whose ``started_at`` is the claim."""
+
+    HORIZON = 0.1
+    STUCK = 1.0
+    WEIGHT = 0.05  # of the newest duration in the moving average
+
+    def __init__(self, concurrency: int, batch_size: int) -> None:
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.mean: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        mean = self.mean
+        self.mean = seconds if mean is None else mean + self.WEIGHT * (seconds - mean)
+
+    def extra(self, longest_running: float) -> int:
+        mean = self.mean
+        if mean is None or mean >= self.HORIZON or longest_running > self.STUCK:
+            return 0
+        return min(self.batch_size, int(self.concurrency * self.HORIZON / max(mean, 1e-6)))
+
+
 class Host(Protocol):
     """What the leaf modules (execute, recorder) use of the worker that runs them: the loop's
     ``Worker`` provides it, and they import this instead of the loop (no import circle)."""
@@ -171,6 +203,7 @@ class Host(Protocol):
     rand: random.Random
     recorder_done: threading.Event
     drain_deadline: float | None
+    running: dict[int, Running]
 
     def forget(self, held: Running) -> None:
         """The job is no longer held (its ending is queued, or it was handed back)."""

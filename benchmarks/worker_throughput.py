@@ -285,9 +285,22 @@ def bench_pgqueuer(url: str, jobs: int, args: argparse.Namespace) -> float:
 # -- bulk enqueue ---------------------------------------------------------------------------------
 # 20,000 jobs in one call, into an empty queue: cronkeeper.enqueue_many (psycopg, one statement in
 # the caller's transaction) against pgqueuer's list form of Queries.enqueue (asyncpg, its best
-# driver); each the best of three, each call in a transaction of its own.
+# driver); three rounds each, each call in a transaction of its own, the best round reported.
+# Besides wall time, the CPU seconds of the client and of its PostgreSQL backend (read from
+# /proc when the server runs on this machine): on a shared machine wall time mostly measures
+# the neighbours, CPU time what each system costs.
 
-def bench_enqueue(url: str, jobs: int, args: argparse.Namespace) -> dict[str, float]:
+def backend_cpu(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return float("nan")
+
+
+def bench_enqueue(url: str, jobs: int, args: argparse.Namespace) -> dict[str, tuple[float, float, float]]:
+    """{system: (wall, client cpu, server cpu)} of the best round (by wall time)."""
     import uvloop
 
     import cronkeeper
@@ -302,30 +315,35 @@ def bench_enqueue(url: str, jobs: int, args: argparse.Namespace) -> dict[str, fl
     engine.dispose()
     ours = []
     with psycopg.connect(conninfo(url)) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.commit()
         for rnd in range(3):
             batch = [{"task": "bench.noop", "key": f"bulk-{rnd}-{i}", "payload": {"i": i}}
                      for i in range(n)]
-            start = time.perf_counter()
+            wall, cpu, server = time.perf_counter(), time.process_time(), backend_cpu(pid)
             ids = cronkeeper.enqueue_many(conn, batch, schema=schema)
             conn.commit()
-            ours.append(time.perf_counter() - start)
+            ours.append((time.perf_counter() - wall, time.process_time() - cpu,
+                         backend_cpu(pid) - server))
             assert len(ids) == n and None not in ids
     drop_schema(url, schema)
 
-    async def theirs() -> list[float]:
+    async def theirs() -> list[tuple[float, float, float]]:
         from pgqueuer import AsyncpgDriver, Queries
 
         fresh_schema(url, "bench_pgqueuer")
         conn = await pgqueuer_connect(url)
         queries = Queries(AsyncpgDriver(conn))
         await queries.install()
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
         took = []
         for rnd in range(3):
             payloads = [f'{{"i": {i}, "r": {rnd}}}'.encode() for i in range(n)]
-            start = time.perf_counter()
+            wall, cpu, server = time.perf_counter(), time.process_time(), backend_cpu(pid)
             async with conn.transaction():
                 ids = await queries.enqueue(["noop"] * n, payloads, [0] * n)
-            took.append(time.perf_counter() - start)
+            took.append((time.perf_counter() - wall, time.process_time() - cpu,
+                         backend_cpu(pid) - server))
             assert len(ids) == n
         await conn.close()
         drop_schema(url, "bench_pgqueuer")
@@ -390,9 +408,11 @@ def main() -> None:
                     print(f"{ours} / {name:14s} = {rates[ours] / rate:6.2f}")
     if "enqueue" in names:
         took = bench_enqueue(url, args.jobs, args)
-        print(f"bulk enqueue of {args.enqueue_jobs}: cronkeeper.enqueue_many {took['cronkeeper']:.3f} s, "
-              f"pgqueuer enqueue(list) {took['pgqueuer']:.3f} s, ratio (theirs / ours) "
-              f"{took['pgqueuer'] / took['cronkeeper']:.2f}", flush=True)
+        for name, (wall, cpu, server) in took.items():
+            print(f"bulk enqueue of {args.enqueue_jobs}, {name:10s}: {wall:6.3f} s wall, CPU "
+                  f"{cpu:.3f} s client + {server:.3f} s server", flush=True)
+        print(f"bulk enqueue, pgqueuer / cronkeeper: wall {took['pgqueuer'][0] / took['cronkeeper'][0]:.2f}x,"
+              f" CPU {sum(took['pgqueuer'][1:]) / sum(took['cronkeeper'][1:]):.2f}x", flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -39,19 +38,22 @@ WITH ins AS (
 SELECT id FROM ins, woke
 """
 
-# One statement for the whole list: the columns travel as arrays, the rows are inserted in input
-# order (ids ascend with it), duplicates of existing keys are skipped by the unique index.
+# One statement for the whole list. The jobs travel as one JSON document (built by the C JSON
+# encoder, parsed by PostgreSQL's, payloads already jsonb): about twice as fast as eight arrays
+# through the driver's array adapters. Rows are inserted in input order (ids ascend with it);
+# duplicates of existing keys are skipped by the unique index. Absent fields take enqueue's
+# defaults: keep them in step with its signature.
 _INSERT_MANY = """
 WITH ins AS (
     INSERT INTO {schema}.outbox (idempotency_key, task, payload, run_after, max_attempts,
                                  timeout_seconds, backoff)
-    SELECT j.key, j.task, j.payload::jsonb,
-           coalesce(j.at, now()) + make_interval(secs => j.delay),
-           j.max_attempts, j.timeout, j.backoff::jsonb
-    FROM unnest(%(keys)b::text[], %(tasks)b::text[], %(payloads)b::text[],
-                %(ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int4[],
-                %(timeouts)b::float8[], %(backoffs)b::text[])
-         WITH ORDINALITY AS j(key, task, payload, at, delay, max_attempts, timeout, backoff, ord)
+    SELECT j.k, j.t, coalesce(j.p, '{{}}'),
+           coalesce(j.a, now()) + make_interval(secs => coalesce(j.d, 0)),
+           coalesce(j.m, 5), coalesce(j.o, 600), coalesce(j.b, %(backoff)s::jsonb)
+    FROM ROWS FROM (jsonb_to_recordset(%(jobs)s::jsonb)
+                    AS (k text, t text, p jsonb, a timestamptz, d float8, m int4, o float8,
+                        b jsonb))
+         WITH ORDINALITY AS j(k, t, p, a, d, m, o, b, ord)
     ORDER BY j.ord
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING idempotency_key, id
@@ -61,18 +63,6 @@ SELECT array_agg(ins.idempotency_key), array_agg(ins.id) FROM ins, woke
 
 _FIELDS = ("task", "payload", "key", "run_after", "max_attempts", "timeout", "backoff")
 _FIELD_SET = frozenset(_FIELDS)
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    key: str
-    task: str
-    payload: str
-    at: datetime | None
-    delay: float
-    max_attempts: int
-    timeout: float
-    backoff: str
 
 
 def enqueue(
@@ -92,11 +82,14 @@ def enqueue(
     ``run_after``: an aware datetime, a delay (timedelta or seconds), or None for "now" (the
     transaction's time). Nothing is committed here: the caller's commit publishes the job.
     """
-    job = _job("enqueue", task, payload, key, run_after, max_attempts, timeout, backoff)
+    _check("enqueue", task, payload, key, max_attempts, timeout)
+    at, delay = _when("enqueue", run_after)
     params = {
-        "key": job.key, "task": job.task, "at": job.at, "delay": job.delay,
-        "payload": job.payload, "max_attempts": job.max_attempts, "timeout": job.timeout,
-        "backoff": job.backoff, "channel": wake_channel(schema),
+        "key": key, "task": task, "at": at, "delay": delay,
+        "payload": _json("enqueue", payload if payload is not None else {}),
+        "max_attempts": max_attempts, "timeout": float(timeout),
+        "backoff": _json("enqueue", backoff) if backoff else _DEFAULT_BACKOFF_JSON,
+        "channel": wake_channel(schema),
     }
     sql = _INSERT.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s"))
     rows = _execute(connection, sql, params, "enqueue")
@@ -120,40 +113,53 @@ def enqueue_many(
     if isinstance(jobs, Mapping | str | bytes) or not isinstance(jobs, Iterable):
         raise UsageError("enqueue_many: jobs must be an iterable of mappings (one per job), "
                          f"not {type(jobs).__name__}")
-    checked: list[_Job] = []
+    rows: list[dict[str, Any]] = []
+    keys: list[str] = []
+    first: dict[str, int] = {}  # key -> index of its first occurrence: the one written
     for n, item in enumerate(jobs):
-        where = f"enqueue_many: jobs[{n}]"
         if not isinstance(item, Mapping):
-            raise UsageError(f"{where}: expected a mapping with keys {', '.join(_FIELDS)}, "
-                             f"not {type(item).__name__}")
+            raise UsageError(f"enqueue_many: jobs[{n}]: expected a mapping with keys "
+                             f"{', '.join(_FIELDS)}, not {type(item).__name__}")
         if not item.keys() <= _FIELD_SET:
             unknown = sorted(str(k) for k in item if k not in _FIELD_SET)
-            raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+            raise UsageError(f"enqueue_many: jobs[{n}]: unknown key(s) {', '.join(unknown)}; "
                              f"expected some of {', '.join(_FIELDS)}")
         if "task" not in item or "key" not in item:
-            raise UsageError(f"{where}: 'task' and 'key' are required")
-        checked.append(_job(
-            where, item["task"], item.get("payload"), item["key"], item.get("run_after"),
-            item.get("max_attempts", 5), item.get("timeout", 600.0), item.get("backoff"),
-        ))
+            raise UsageError(f"enqueue_many: jobs[{n}]: 'task' and 'key' are required")
+        key, task, payload = item["key"], item["task"], item.get("payload")
+        max_attempts, timeout = item.get("max_attempts", 5), item.get("timeout", 600.0)
+        _check(f"enqueue_many: jobs[{n}]", task, payload, key, max_attempts, timeout)
+        keys.append(key)
+        if key in first:
+            continue
+        first[key] = n
+        row: dict[str, Any] = {"k": key, "t": task}
+        if payload:
+            row["p"] = payload if isinstance(payload, dict) else dict(payload)
+        if item.get("run_after") is not None:
+            at, delay = _when(f"enqueue_many: jobs[{n}]", item["run_after"])
+            row["a" if at is not None else "d"] = at.isoformat() if at is not None else delay
+        if max_attempts != 5:
+            row["m"] = max_attempts
+        if timeout != 600.0:
+            row["o"] = float(timeout)
+        if item.get("backoff"):
+            row["b"] = item["backoff"]
+        rows.append(row)
     check_schema_name(schema)
-    if not checked:
+    if not rows:
         return []
-    first: dict[str, int] = {}  # key -> index of its first occurrence: the one sent
-    for n, job in enumerate(checked):
-        first.setdefault(job.key, n)
-    sent = [checked[n] for n in sorted(first.values())]
-    params = {
-        "keys": [j.key for j in sent], "tasks": [j.task for j in sent],
-        "payloads": [j.payload for j in sent], "ats": [j.at for j in sent],
-        "delays": [j.delay for j in sent], "max_attempts": [j.max_attempts for j in sent],
-        "timeouts": [j.timeout for j in sent], "backoffs": [j.backoff for j in sent],
-        "channel": wake_channel(schema),
-    }
+    try:
+        document = json.dumps(rows, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        for row in rows:  # find the job that is not strict JSON, and say which
+            _json(f"enqueue_many: jobs[{first[row['k']]}]", row)
+        raise
+    params = {"jobs": document, "backoff": _DEFAULT_BACKOFF_JSON, "channel": wake_channel(schema)}
     sql = _INSERT_MANY.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s"))
-    (keys, new_ids), = _execute(connection, sql, params, "enqueue_many")
-    ids = dict(zip(keys or (), new_ids or (), strict=True))
-    return [ids.get(job.key) if first[job.key] == n else None for n, job in enumerate(checked)]
+    (written, ids), = _execute(connection, sql, params, "enqueue_many")
+    by_key = dict(zip(written or (), ids or (), strict=True))
+    return [by_key.get(key) if first[key] == n else None for n, key in enumerate(keys)]
 
 
 def _execute(connection: Any, sql: str, params: dict[str, Any], name: str) -> list[tuple]:
@@ -167,9 +173,8 @@ def _execute(connection: Any, sql: str, params: dict[str, Any], name: str) -> li
                      f"not {type(connection).__name__}")
 
 
-def _job(where: str, task: Any, payload: Any, key: Any, run_after: Any, max_attempts: Any,
-         timeout: Any, backoff: Any) -> _Job:
-    """One job's arguments, checked (UsageError says which and why) and encoded."""
+def _check(where: str, task: Any, payload: Any, key: Any, max_attempts: Any, timeout: Any) -> None:
+    """One job's arguments, checked: a UsageError says which and why."""
     if not task or not isinstance(task, str):
         raise UsageError(f"{where}: task must be a non-empty string")
     if not key or not isinstance(key, str):
@@ -181,14 +186,14 @@ def _job(where: str, task: Any, payload: Any, key: Any, run_after: Any, max_atte
     if payload is not None and not isinstance(payload, Mapping):
         raise UsageError(f"{where}: payload must be a JSON object (a mapping), "
                          f"not {type(payload).__name__}")
-    at, delay = _when(where, run_after)
+
+
+def _json(where: str, value: Any) -> str:
     try:
-        payload_json = "{}" if not payload else json.dumps(
-            payload if isinstance(payload, dict) else dict(payload), allow_nan=False)
-        backoff_json = json.dumps(backoff, allow_nan=False) if backoff else _DEFAULT_BACKOFF_JSON
+        return json.dumps(value if not isinstance(value, Mapping) or isinstance(value, dict)
+                          else dict(value), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: payload and backoff must be strict JSON: {exc}") from None
-    return _Job(key, task, payload_json, at, delay, max_attempts, float(timeout), backoff_json)
 
 
 def _when(where: str, run_after: Any) -> tuple[datetime | None, float]:

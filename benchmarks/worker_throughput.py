@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -54,11 +55,59 @@ def fresh_schema(url: str, schema: str) -> None:
         conn.execute(f'CREATE SCHEMA "{schema}"')
 
 
+CPU: dict[str, tuple[float, float]] = {}  # schema -> CPU seconds of (workers, their backends)
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process on this machine; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError):
+        return 0.0
+
+
+class CpuMeter:
+    """CPU seconds spent by the worker processes and by the PostgreSQL backends they connect to
+    (found by client port: needs psutil and a server on this machine), sampled while they run
+    (a process's counters vanish when it exits, so the last sample counts)."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        self.procs = procs
+        self.last: dict[int, float] = {}
+        self.backends: set[int] = set()
+
+    def sample(self, conn: psycopg.Connection) -> None:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover
+            psutil = None
+        if psutil is not None:
+            ports = set()
+            for p in self.procs:
+                with contextlib.suppress(psutil.Error):
+                    ports.update(c.laddr.port for c in psutil.Process(p.pid).net_connections("tcp"))
+            if ports:
+                rows = conn.execute("SELECT pid, client_port FROM pg_stat_activity "
+                                    "WHERE client_port = ANY(%s)", (list(ports),)).fetchall()
+                self.backends.update(pid for pid, _ in rows)
+        for pid in [p.pid for p in self.procs] + list(self.backends):
+            value = proc_cpu(pid)
+            if value:
+                self.last[pid] = value
+
+    def totals(self) -> tuple[float, float]:
+        workers = sum(self.last.get(p.pid, 0.0) for p in self.procs)
+        return workers, sum(self.last.get(pid, 0.0) for pid in self.backends)
+
+
 def drain(procs: list[subprocess.Popen], url: str, schema: str, pending_sql: str,
           timeout: float) -> float:
     """Seconds from now until ``pending_sql`` (a cheap EXISTS over an index, on one connection)
     says no job is left, or every worker exited on its own after draining the queue."""
     start = time.monotonic()
+    meter = CpuMeter(procs)
     try:
         with psycopg.connect(conninfo(url, schema), autocommit=True) as conn:
             while True:
@@ -71,8 +120,10 @@ def drain(procs: list[subprocess.Popen], url: str, schema: str, pending_sql: str
                     raise SystemExit(f"{schema}: workers exited with jobs left")
                 if time.monotonic() - start > timeout:
                     raise SystemExit(f"{schema}: not drained after {timeout}s")
+                meter.sample(conn)
                 time.sleep(POLL)
     finally:
+        CPU[schema] = meter.totals()
         for p in procs:
             if p.poll() is None:
                 p.terminate()
@@ -400,7 +451,10 @@ def main() -> None:
             if not args.keep:
                 drop_schema(url, "bench_" + name.replace("-", "_"))
         rates[name] = args.jobs / seconds
-        print(f"{name:16s} {args.jobs} jobs in {seconds:7.2f} s = {rates[name]:9.0f} jobs/s", flush=True)
+        workers, server = CPU.get("bench_" + name.replace("-", "_"), (0.0, 0.0))
+        print(f"{name:16s} {args.jobs} jobs in {seconds:7.2f} s = {rates[name]:9.0f} jobs/s;"
+              f" CPU per job: workers {workers / args.jobs * 1e6:4.0f} us + PostgreSQL "
+              f"{server / args.jobs * 1e6:4.0f} us; load {os.getloadavg()[0]:.1f}", flush=True)
     for ours in ("cronkeeper", "cronkeeper-tuned"):
         if ours in rates:
             for name, rate in rates.items():

@@ -8,7 +8,9 @@ One job at a time is enqueued with ``cronkeeper.enqueue`` in a transaction of it
 script waits ``--gap`` seconds (so the workers are idle again) before the next. Latency is the
 attempt row's ``started_at`` (the database clock at the start of the claim statement that took
 the job) minus the wall clock just before ``commit()`` was called: conservative, since it
-includes the commit itself (whose median is printed too). Database and script share this
+includes the commit itself (whose median is printed too, and the latency from the moment
+``commit()`` returned: the notification leaves the server at commit, so a worker can start
+before the application has heard its commit succeed). Database and script share this
 machine's clock. Prints p50, p99 and max per worker count, and the load average beside them.
 """
 
@@ -84,7 +86,7 @@ def wait_listening(url: str, count: int, timeout: float = 60.0) -> None:
             time.sleep(0.05)
 
 
-def measure(url: str, workers: int, jobs: int, gap: float) -> tuple[list[float], list[float]]:
+def measure(url: str, workers: int, jobs: int, gap: float) -> tuple[list[float], list[float], list[float]]:
     import cronkeeper
 
     fresh_schema(url)
@@ -93,6 +95,7 @@ def measure(url: str, workers: int, jobs: int, gap: float) -> tuple[list[float],
         wait_listening(url, workers)
         time.sleep(1.0)  # let every worker finish its start-up claims and go idle
         committed: dict[int, float] = {}
+        returned: dict[int, float] = {}
         commits: list[float] = []
         with psycopg.connect(plain(url)) as conn:
             for n in range(jobs):
@@ -100,8 +103,9 @@ def measure(url: str, workers: int, jobs: int, gap: float) -> tuple[list[float],
                                          schema=SCHEMA)
                 before = time.time()
                 conn.commit()
-                commits.append(time.time() - before)
-                committed[job] = before
+                after = time.time()
+                commits.append(after - before)
+                committed[job], returned[job] = before, after
                 time.sleep(gap)
             deadline = time.monotonic() + 30
             while True:
@@ -114,7 +118,8 @@ def measure(url: str, workers: int, jobs: int, gap: float) -> tuple[list[float],
         if len(rows) < jobs:
             raise SystemExit(f"only {len(rows)} of {jobs} jobs started")
         latencies = [started.timestamp() - committed[job] for job, started in rows]
-        return latencies, commits
+        after_return = [started.timestamp() - returned[job] for job, started in rows]
+        return latencies, commits, after_return
     finally:
         for p in procs:
             p.terminate()
@@ -137,12 +142,14 @@ def main() -> None:
     print(f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} load before: "
           + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1, 5, 15 min)", flush=True)
     for count in (int(w) for w in args.workers.split(",")):
-        latencies, commits = measure(args.database_url, count, args.jobs, args.gap)
+        latencies, commits, after_return = measure(args.database_url, count, args.jobs, args.gap)
         ms = [x * 1000 for x in latencies]
+        back = [x * 1000 for x in after_return]
         print(f"{count} idle worker(s), {args.jobs} jobs: commit -> attempt start "
               f"p50 {percentile(ms, 0.5):6.1f} ms  p99 {percentile(ms, 0.99):6.1f} ms  "
-              f"max {max(ms):6.1f} ms  (commit itself p50 {statistics.median(commits) * 1000:.1f} ms;"
-              f" load {os.getloadavg()[0]:.2f})", flush=True)
+              f"max {max(ms):6.1f} ms; commit itself p50 {statistics.median(commits) * 1000:.1f} ms;"
+              f" from commit() returned p50 {percentile(back, 0.5):.1f} ms p99 "
+              f"{percentile(back, 0.99):.1f} ms; load {os.getloadavg()[0]:.2f}", flush=True)
 
 
 if __name__ == "__main__":

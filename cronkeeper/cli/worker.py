@@ -55,7 +55,8 @@ def default_worker_id() -> str:
 @click.option("--lease-margin", type=click.FloatRange(0.2), default=30.0, show_default=True,
               help="Lease = job timeout + this; heartbeats keep it this far ahead.")
 @click.option("--poll-interval", type=click.FloatRange(0.01), default=1.0, show_default=True,
-              help="Seconds between claims when the outbox has nothing due.")
+              help="Longest pause between claims when nothing is due (a fallback: idle "
+                   "workers are woken by LISTEN/NOTIFY and at the next job's run_after).")
 @click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True,
               help="Seconds between SIGTERM and SIGKILL of a timed-out command's process group.")
 @click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,

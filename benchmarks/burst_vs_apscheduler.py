@@ -1,11 +1,15 @@
-"""A burst: 10,000 schedules due in the same second, through cronkeeper and through APScheduler 3.
+"""A burst: N schedules due in the same second, through cronkeeper and through APScheduler 3.
 
-Both run against the same private PostgreSQL (tests/daemon_harness.py; fsync on by default,
-``track_commit_timestamp = on`` so each row's commit instant can be read back).
+Each count runs against a private PostgreSQL of its own (tests/daemon_harness.py; fsync on by
+default, ``track_commit_timestamp = on`` so each row's commit instant can be read back); the
+peer runs against the server of its count.
 
-cronkeeper: 10,000 schedules ``every = "30s"`` (anchored to the epoch, so all fall due at the
-same instants) in 100 generated files, one `cronkeeper run` process (the leader). The first
-instant after the schedules are adopted is measured. Fire lag of a period = the commit time of
+cronkeeper: N six-field schedules ``cron = "0,30 * * * * *"`` (``--form every`` writes
+``every = "30s"`` instead; both fall due at the same instants) in files of ``--per-file``
+schedules, ``overlap = "allow"``, ``misfire = "skip"``, one `cronkeeper run` process (the
+leader). The first instant after the schedules are adopted is measured. Start to ready: from
+the process's start to its ``READY=1`` on ``$NOTIFY_SOCKET`` (database answered, schema current,
+schedules loaded); start to leading: until the leader has recorded every schedule version. Fire lag of a period = the commit time of
 the transaction that wrote its outbox row (``pg_xact_commit_timestamp(xmin)``) minus
 ``scheduled_for``: when a worker could first see the job. ``created_at`` (the emitting
 transaction's start, ``now()``) minus ``scheduled_for`` is printed as well.
@@ -16,10 +20,12 @@ APScheduler 3.11: a BackgroundScheduler with an SQLAlchemyJobStore on the same d
 each inserting one row into a table. Lag = that row's commit time minus the trigger instant.
 
     .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
-    .venv/bin/python benchmarks/burst_vs_apscheduler.py [--schedules 10000] [--aps-threads 10]
+    .venv/bin/python benchmarks/burst_vs_apscheduler.py [--schedules 10000 100000]
+        [--peer-at 10000] [--per-file 1000] [--form cron6|every] [--aps-threads 10]
         [--fsync on|off] [--skip-apscheduler]
 
-Prints p50/p99/max for both, that every job committed, and the ratio.
+Prints, per count: start to ready, fire lag p50/p99, all jobs visible (the last job's commit
+minus the instant), the daemon's peak RSS (VmHWM), then the peer at ``--peer-at`` and the ratio.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
+import shutil
+import socket
 import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -59,13 +69,14 @@ FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - {due})::float8 
 """
 
 
-def write_files(directory: Path, n: int, per_file: int = 100) -> None:
+def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron6") -> None:
     directory.mkdir(parents=True, exist_ok=True)
+    when = f'cron = "0,{EVERY} * * * * *"' if form == "cron6" else f'every = "{EVERY}s"'
     for f in range(math.ceil(n / per_file)):
         parts = []
         for i in range(f * per_file, min(n, (f + 1) * per_file)):
             parts.append(
-                f'[burst-{i:05d}]\nevery = "{EVERY}s"\ntimezone = "UTC"\nmisfire = "skip"\n'
+                f'[burst-{i:06d}]\n{when}\ntimezone = "UTC"\nmisfire = "skip"\n'
                 f'overlap = "allow"\ntask = "bench.burst"\nowner = "bench"\n')
         (directory / f"burst-{f:03d}.toml").write_text("\n".join(parts))
 
@@ -78,40 +89,98 @@ def print_lags(label: str, row: tuple, start_label: str) -> float:
     return p99
 
 
-def bench_cronkeeper(pg: PrivatePostgres, n: int, root: Path) -> tuple:
+@dataclass
+class Result:
+    schedules: int
+    ready: float  # process start to READY=1
+    leading: float  # process start to every schedule version recorded
+    lags: tuple  # LAG_SQL's row
+    peak_rss_mib: float
+
+
+class ReadySocket:
+    """A $NOTIFY_SOCKET of our own: the instant the daemon says READY=1."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "notify.sock"
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(str(self.path))
+        self.ready_at: float | None = None
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _listen(self) -> None:
+        while self.ready_at is None:
+            try:
+                data = self.sock.recv(4096)
+            except OSError:
+                return
+            if b"READY=1" in data.split(b"\n"):
+                self.ready_at = time.monotonic()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM: the process's resident-set high-water mark since it started."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+def bench_cronkeeper(pg: PrivatePostgres, n: int, root: Path, per_file: int, form: str) -> Result:
     schema = pg.new_schema()
     files = root / "schedules"
-    write_files(files, n)
+    write_files(files, n, per_file, form)
     daemon = Daemon(url=pg.url, schema=schema, cluster="bench", schedules=files,
                     instance_id="bench-leader", log_dir=root, leader_timeout=10,
                     stall_timeout=60)
     db = set_path(pg.connect(), schema)
+    ready = ReadySocket(root)
+    os.environ["NOTIFY_SOCKET"] = str(ready.path)
     started = time.monotonic()
-    daemon.start()
+    try:
+        daemon.start()
+    finally:
+        del os.environ["NOTIFY_SOCKET"]
     try:
         wait_for(lambda: db.execute("SELECT count(*) FROM schedule_versions").fetchone()[0] >= n,
-                 120, f"{n} schedules adopted", interval=0.2)
+                 300, f"{n} schedules adopted", interval=0.05)
+        leading = time.monotonic() - started
+        wait_for(lambda: ready.ready_at is not None, 60, "READY=1")
+        assert ready.ready_at is not None
         active_from = db.execute("SELECT max(active_from) FROM schedule_versions").fetchone()[0]
-        print(f"cronkeeper: {n} schedules loaded and adopted in "
-              f"{time.monotonic() - started:.1f} s", flush=True)
+        print(f"cronkeeper {n}: READY=1 {ready.ready_at - started:.2f} s after start, "
+              f"every schedule adopted {leading:.2f} s after start", flush=True)
         epoch = active_from.timestamp()
         due = datetime.fromtimestamp((math.floor(epoch / EVERY) + 1) * EVERY, active_from.tzinfo)
-        print(f"cronkeeper: burst at {due.isoformat()} "
+        print(f"cronkeeper {n}: burst at {due.isoformat()} "
               f"({(due - db_now(db)).total_seconds():.1f} s from now)", flush=True)
         wait_for(lambda: db.execute("SELECT count(*) FROM periods WHERE scheduled_for = %s",
                                     (due,)).fetchone()[0] >= n,
-                 EVERY + 120, "the whole burst decided", interval=0.2)
+                 EVERY + 300, "the whole burst decided", interval=0.2)
         row = db.execute(LAG_SQL.format(due="scheduled_for", start="created_at", table="outbox",
                                         where="scheduled_for = %s"), (due,)).fetchone()
         jobs = db.execute("SELECT count(*), count(DISTINCT idempotency_key) FROM outbox "
                           "WHERE scheduled_for = %s", (due,)).fetchone()
         txs = db.execute("SELECT count(DISTINCT xmin::text) FROM outbox WHERE scheduled_for = %s",
                          (due,)).fetchone()[0]
-        print(f"cronkeeper: {jobs[0]} jobs committed ({jobs[1]} distinct keys) "
+        if jobs[0] != n or jobs[1] != n:
+            raise SystemExit(f"expected {n} jobs with distinct keys, found {jobs}")
+        print(f"cronkeeper {n}: {jobs[0]} jobs committed ({jobs[1]} distinct keys) "
               f"in {txs} transaction(s)", flush=True)
-        return row
+        # the next instant too, so the peak covers a steady burst, not only the first one
+        nxt = due + timedelta(seconds=EVERY)
+        wait_for(lambda: db.execute("SELECT count(*) FROM periods WHERE scheduled_for = %s",
+                                    (nxt,)).fetchone()[0] >= n,
+                 EVERY + 300, "the second burst decided", interval=0.2)
+        rss = peak_rss_mib(daemon.pid)
+        return Result(n, ready.ready_at - started, leading, row, rss)
     finally:
-        daemon.stop(30)
+        ready.close()
+        daemon.stop(60)
         db.close()
 
 
@@ -182,31 +251,58 @@ def bench_apscheduler(pg: PrivatePostgres, n: int, threads: int) -> tuple:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--schedules", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--peer-at", type=int, default=10_000,
+                        help="run APScheduler at this count (0: never)")
+    parser.add_argument("--per-file", type=int, default=1000)
+    parser.add_argument("--form", choices=["cron6", "every"], default="cron6")
     parser.add_argument("--aps-threads", type=int, default=10)
     parser.add_argument("--fsync", choices=["on", "off"], default="on")
     parser.add_argument("--skip-apscheduler", action="store_true")
     args = parser.parse_args()
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
-    pg = PrivatePostgres(fsync=args.fsync == "on",
-                         settings={"track_commit_timestamp": "on"}).start()
-    root = Path(tempfile.mkdtemp(prefix="cronkeeper-burst-"))
-    try:
-        ck = bench_cronkeeper(pg, args.schedules, root)
-        ck_p99 = print_lags("cronkeeper", ck, "transaction start (created_at)")
-        if args.skip_apscheduler:
-            return
-        aps = bench_apscheduler(pg, args.schedules, args.aps_threads)
-        aps_p99 = print_lags(f"APScheduler ({args.aps_threads} threads)", aps, "insert (clock_timestamp)")
-        print(f"\nfsync={args.fsync}, {args.schedules} schedules due at one instant")
-        print(f"{'':14}{'p50':>10}{'p99':>10}{'max':>10}")
-        for label, row in (("cronkeeper", ck), ("APScheduler", aps)):
-            print(f"{label:14}" + "".join(f"{v * 1000:8.0f}ms" for v in row[:3]))
-        print(f"ratio (APScheduler / cronkeeper): p50 {aps[0] / ck[0]:.1f}x, "
-              f"p99 {aps_p99 / ck_p99:.1f}x, max {aps[2] / ck[2]:.1f}x")
-    finally:
-        pg.stop()
+    results: list[Result] = []
+    peer: tuple[int, tuple] | None = None
+    for n in args.schedules:
+        pg = PrivatePostgres(fsync=args.fsync == "on",
+                             settings={"track_commit_timestamp": "on"}).start()
+        root = Path(tempfile.mkdtemp(prefix="cronkeeper-burst-"))
+        try:
+            result = bench_cronkeeper(pg, n, root, args.per_file, args.form)
+            print_lags(f"cronkeeper {n}", result.lags, "transaction start (created_at)")
+            results.append(result)
+            if n == args.peer_at and not args.skip_apscheduler:
+                aps = bench_apscheduler(pg, n, args.aps_threads)
+                print_lags(f"APScheduler {n} ({args.aps_threads} threads)", aps,
+                           "insert (clock_timestamp)")
+                peer = (n, aps)
+        finally:
+            pg.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+    print(f"\nfsync={args.fsync}, {args.form} schedules, {args.per_file} per file, all due in "
+          f"one second; load average {os.getloadavg()[0]:.2f}")
+    print("| schedules | start to ready | start to leading | fire lag p50 | fire lag p99 "
+          "| all jobs visible | daemon peak RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        p50, p99, worst = r.lags[:3]
+        print(f"| {r.schedules:,} | {r.ready:.2f} s | {r.leading:.2f} s | {p50 * 1000:,.0f} ms "
+              f"| {p99 * 1000:,.0f} ms | {worst:.2f} s | {r.peak_rss_mib:.0f} MiB |")
+    if peer is not None:
+        n, aps = peer
+        print(f"| APScheduler {n:,} | | | {aps[0] * 1000:,.0f} ms | {aps[1] * 1000:,.0f} ms "
+              f"| {aps[2]:.2f} s | |")
+        ck = next(r for r in results if r.schedules == n)
+        print(f"ratio at {n:,} (APScheduler / cronkeeper): p50 {aps[0] / ck.lags[0]:.1f}x, "
+              f"p99 {aps[1] / ck.lags[1]:.1f}x, max {aps[2] / ck.lags[2]:.1f}x")
+    for r in results[1:]:
+        base = results[0]
+        print(f"{r.schedules:,} vs {base.schedules:,}: {r.schedules / base.schedules:.0f}x the "
+              f"schedules, p99 {r.lags[1] / base.lags[1]:.1f}x, peak RSS "
+              f"{r.peak_rss_mib / base.peak_rss_mib:.1f}x, periods/s to the last commit "
+              f"{base.schedules / base.lags[2]:,.0f} -> {r.schedules / r.lags[2]:,.0f}")
 
 
 if __name__ == "__main__":

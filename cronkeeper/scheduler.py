@@ -11,9 +11,10 @@ import heapq
 import itertools
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leader as dbl
@@ -146,8 +147,9 @@ class Scheduler:
     # -- ticking -------------------------------------------------------------------------------
     def _rebuild_heap(self) -> None:
         self._heap = []
+        next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
         for name, state in self.states.items():
-            state.next_fire = state.trigger.next_fire(state.after)
+            state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._heap.append((state.next_fire, name))
         heapq.heapify(self._heap)
@@ -166,9 +168,13 @@ class Scheduler:
     def tick(self) -> TickReport:
         """Decide every period due by the database's now; write outcomes and jobs."""
         now = dbs.db_now(self.conn)
-        due: dict[str, list[datetime]] = {}
+        due: dict[str, Sequence[datetime]] = {}
         budget = MAX_PERIODS_PER_TICK
         self.behind = False
+        # Schedules that share a trigger and a horizon (a burst of generated schedules) share
+        # the calendar work: it is done once per distinct trigger, not once per schedule.
+        fires = _Memo(lambda trigger, after: list(
+            itertools.islice(trigger.fires(after, now), MAX_PERIODS_PER_SCHEDULE_TICK)))
         while self._heap and self._heap[0][0] <= now:
             if budget <= 0:  # the rest stay in the heap for the next tick
                 self.behind = True
@@ -178,7 +184,9 @@ class Scheduler:
             if state is None:
                 continue
             take = min(MAX_PERIODS_PER_SCHEDULE_TICK, budget)
-            periods = list(itertools.islice(state.trigger.fires(state.after, now), take))
+            periods = fires(state.trigger, state.after)
+            if len(periods) > take:
+                periods = periods[:take]
             if periods:
                 due[name] = periods
                 budget -= len(periods)
@@ -195,14 +203,13 @@ class Scheduler:
             sent = {(r.schedule, r.scheduled_for): r for r in batch}
             for schedule, scheduled_for, outcome, job_id in claimed:
                 row = sent[(schedule, scheduled_for)]
-                decision = Decision(
-                    scheduled_for, Outcome(outcome), Reason(row.reason) if row.reason else None
-                )
+                decision = Decision(scheduled_for, _OUTCOMES[outcome], _REASONS[row.reason])
                 report.decisions.append((schedule, decision, job_id))
+        next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
         for name, periods in due.items():
             state = self.states[name]
             state.after = periods[-1]
-            state.next_fire = state.trigger.next_fire(state.after)
+            state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 heapq.heappush(self._heap, (state.next_fire, name))
         if self.on_tick is not None:
@@ -210,7 +217,7 @@ class Scheduler:
         return report
 
     def _decide(
-        self, due: dict[str, list[datetime]]
+        self, due: dict[str, Sequence[datetime]]
     ) -> tuple[datetime, list[tuple[list[dbs.PeriodRow], list[tuple]]]]:
         """Plan and claim inside the tick's transaction; return its now and, per batch, the
         rows sent and the claims that came back (turned into the report after the commit)."""
@@ -224,14 +231,24 @@ class Scheduler:
                                                 self.term)
 
     def _batches(
-        self, due: dict[str, list[datetime]], now: datetime, paused: set[str], busy: set[str]
+        self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
     ) -> Iterator[list[dbs.PeriodRow]]:
-        """The decisions as rows, planned lazily, ``BATCH_ROWS`` at a time."""
+        """The decisions as rows, planned lazily, ``BATCH_ROWS`` at a time. ``plan`` is pure,
+        so schedules with the same due periods (one list, shared through the tick's memo) and
+        the same policies share one plan."""
         batch: list[dbs.PeriodRow] = []
+        plans: dict[tuple, list[Decision]] = {}
         for name, periods in due.items():
             state = self.states[name]
-            for decision in plan(state.spec, periods, now, paused=name in paused, busy=name in busy):
-                batch.append(period_row(state.spec, state.version_id, decision))
+            spec = state.spec
+            is_paused, is_busy = name in paused, name in busy
+            key = (id(periods), spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap,
+                   is_paused, is_busy)
+            decisions = plans.get(key)
+            if decisions is None:
+                decisions = plans[key] = plan(spec, periods, now, paused=is_paused, busy=is_busy)
+            for decision in decisions:
+                batch.append(period_row(spec, state.version_id, decision))
                 if len(batch) >= BATCH_ROWS:
                     yield batch
                     batch = []
@@ -246,32 +263,62 @@ def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
 
 def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:
     """The row that records a decision; an emitted one carries its outbox job's columns."""
-    row = dbs.PeriodRow(
-        schedule=spec.name,
-        scheduled_for=decision.scheduled_for,
-        version_id=version_id,
-        outcome=str(decision.outcome),
-        reason=str(decision.reason) if decision.reason else None,
-    )
     if decision.outcome is not Outcome.EMITTED:
-        return row
-    key = idempotency_key(spec.name, decision.scheduled_for)
-    return dbs.PeriodRow(  # built whole, not with dataclasses.replace: a burst makes thousands
-        schedule=row.schedule,
-        scheduled_for=row.scheduled_for,
+        return dbs.PeriodRow(
+            schedule=spec.name,
+            scheduled_for=decision.scheduled_for,
+            version_id=version_id,
+            outcome=decision.outcome.value,
+            reason=decision.reason.value if decision.reason else None,
+        )
+    at = decision.scheduled_for
+    key = f"{spec.name}@{_key_stamp(at)}"  # idempotency_key(), its instant formatted once
+    return dbs.PeriodRow(  # built once, whole: a burst makes one per schedule
+        schedule=spec.name,
+        scheduled_for=at,
         version_id=version_id,
-        outcome=row.outcome,
-        reason=row.reason,
+        outcome=Outcome.EMITTED.value,
+        reason=None,
         key=key,
         task=spec.task_name,
         payload_json=spec.payload_json,
         max_attempts=spec.max_attempts,
-        run_after=decision.scheduled_for + timedelta(seconds=period_jitter(key, spec.jitter)),
+        run_after=at + timedelta(seconds=period_jitter(key, spec.jitter)) if spec.jitter else at,
         timeout=spec.timeout,
         backoff_json=_backoff_json(spec.backoff),
         serial=spec.overlap is Overlap.SERIAL,
         owner=spec.owner,
     )
+
+
+_OUTCOMES: dict[str, Outcome] = {o.value: o for o in Outcome}
+_REASONS: dict[str | None, Reason | None] = {None: None, **{r.value: r for r in Reason}}
+
+
+class _Memo:
+    """``compute(trigger, after)`` remembered for one pass (a tick, a heap rebuild): schedules
+    that share a trigger instance (``make_trigger`` shares them) and a horizon get one answer.
+    Keyed by the trigger's identity: the states hold every trigger for the whole pass."""
+
+    __slots__ = ("compute", "seen")
+
+    def __init__(self, compute: Callable[[Trigger, datetime], Any]) -> None:
+        self.compute = compute
+        self.seen: dict[tuple[int, datetime], Any] = {}
+
+    def __call__(self, trigger: Trigger, after: datetime) -> Any:
+        key = (id(trigger), after)
+        try:
+            return self.seen[key]
+        except KeyError:
+            value = self.seen[key] = self.compute(trigger, after)
+            return value
+
+
+@functools.lru_cache(maxsize=1024)
+def _key_stamp(scheduled_for: datetime) -> str:
+    """The instant part of ``idempotency_key``: a burst's periods share a handful of instants."""
+    return idempotency_key("", scheduled_for)[1:]
 
 
 @functools.lru_cache(maxsize=256)

@@ -71,7 +71,7 @@ def versions_insert(
         """
         INSERT INTO schedule_versions (schedule, digest, spec, active_from, term)
         SELECT s, d, j::jsonb, %(at)s, %(term)s
-        FROM unnest(%(s)s::text[], %(d)s::text[], %(j)s::text[]) AS v(s, d, j)
+        FROM unnest(%(s)b::text[], %(d)b::text[], %(j)b::text[]) AS v(s, d, j)
         ON CONFLICT (schedule, active_from) DO NOTHING
         RETURNING schedule, id
         """,

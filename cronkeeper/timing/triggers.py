@@ -18,13 +18,13 @@ Instants are whole Unix seconds internally; the API takes and returns aware date
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 import zoneinfo
 from bisect import bisect_left
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import Any
 
 from cronkeeper.timing import zones
 from cronkeeper.timing.cron import CronExpr, parse_cron
@@ -36,6 +36,7 @@ _SECOND = timedelta(seconds=1)
 # Fires are computed before this instant (9998-01-01T00:00Z; datetime ends in 9999 and a zone's
 # transitions are looked up a year ahead). timing.instants accepts exactly the instants before it.
 LIMIT = zones.year_start(zones.MAX_YEAR)
+CHUNK = 256  # most fire instants a trigger computes at once (a seconds cron names 86,400 a day)
 
 
 def to_seconds(when: datetime, what: str = "time") -> int:
@@ -121,55 +122,47 @@ class EveryTrigger(Trigger):
             yield epoch + timedelta(seconds=v)
 
 
+@functools.lru_cache(maxsize=1024)
+def _times_of_day(expr: CronExpr) -> tuple[int, ...]:
+    """Sorted seconds of the day the expression names; one table per distinct expression,
+    shared by every trigger that uses it (a seconds cron names up to 86,400 of them)."""
+    return tuple(h * 3600 + m * 60 + s for h in expr.hours for m in expr.minutes
+                 for s in expr.seconds)
+
+
+@functools.lru_cache(maxsize=4096)
+def _month_days(expr: CronExpr, first_weekday: int, length: int) -> tuple[int, ...]:
+    """The days of a month of this shape (weekday of day 1, Monday = 0; length) that fire."""
+    doms, dows = set(expr.days), set(expr.weekdays)
+    sunday_based = (first_weekday + 1) % 7  # cron weekday of day 1 (0 = Sunday)
+    if expr.day_or:
+        return tuple(d for d in range(1, length + 1)
+                     if d in doms or (sunday_based + d - 1) % 7 in dows)
+    return tuple(d for d in range(1, length + 1)
+                 if d in doms and (sunday_based + d - 1) % 7 in dows)
+
+
 @dataclass(frozen=True, slots=True)
 class CronTrigger(Trigger):
-    """A cron expression in a zone, with cronie's DST rules (see the module docstring)."""
+    """A cron expression in a zone, with cronie's DST rules (see the module docstring).
+
+    Holds no tables of its own: those are shared per expression (``_times_of_day``,
+    ``_month_days``), so 100,000 schedules cost 100,000 small objects, not 100,000 tables."""
 
     expr: CronExpr
     zone: zoneinfo.ZoneInfo
     timezone: str
     fixed_time: bool
-    # Lazily built lookup tables (sorted seconds of the day, matching days per month shape).
-    _cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def _times_of_day(self) -> list[int]:
-        tod = self._cache.get("tod")
-        if tod is None:
-            e = self.expr
-            tod = [h * 3600 + m * 60 + s for h in e.hours for m in e.minutes for s in e.seconds]
-            self._cache["tod"] = tod
-        return tod
-
-    def _month_days(self, year: int, month: int) -> tuple[int, ...]:
-        first_weekday, length = calendar.monthrange(year, month)
-        key = (first_weekday, length)
-        found = self._cache.get(key)
-        if found is None:
-            e = self.expr
-            doms, dows = set(e.days), set(e.weekdays)
-            sunday_based = (first_weekday + 1) % 7  # cron weekday of day 1 (0 = Sunday)
-            if e.day_or:
-                found = tuple(
-                    d
-                    for d in range(1, length + 1)
-                    if d in doms or (sunday_based + d - 1) % 7 in dows
-                )
-            else:
-                found = tuple(
-                    d
-                    for d in range(1, length + 1)
-                    if d in doms and (sunday_based + d - 1) % 7 in dows
-                )
-            self._cache[key] = found
-        return found
 
     def local_matches(self, lo: int, hi: int, shift: int = 0) -> Iterator[list[int]]:
         """Lists of ``L - shift`` for each local second ``L`` in ``[lo, hi)`` the cron names,
-        ascending (``L`` counts naive local seconds since 1970-01-01T00:00)."""
+        ascending (``L`` counts naive local seconds since 1970-01-01T00:00), at most ``CHUNK``
+        at a time: the next fire of a seconds cron costs one chunk, not a day of them."""
         if lo >= hi:
             return
-        tod = self._times_of_day()
-        months = self.expr.months
+        expr = self.expr
+        tod = _times_of_day(expr)
+        months = expr.months
         first_day, last_day = lo // DAY, (hi - 1) // DAY
         day = date.fromordinal(_EPOCH_ORDINAL + first_day)
         end = date.fromordinal(_EPOCH_ORDINAL + last_day)
@@ -177,22 +170,18 @@ class CronTrigger(Trigger):
         while (year, month) <= (end.year, end.month):
             if month in months:
                 ordinal0 = date(year, month, 1).toordinal() - _EPOCH_ORDINAL - 1
-                for mday in self._month_days(year, month):
+                for mday in _month_days(expr, *calendar.monthrange(year, month)):
                     if mday < from_day:
                         continue
                     n = ordinal0 + mday
                     if n > last_day:
                         return
                     base = n * DAY
-                    if base >= lo and base + DAY <= hi:
-                        b = base - shift
-                        yield [b + x for x in tod]
-                    else:
-                        i = bisect_left(tod, lo - base)
-                        j = bisect_left(tod, hi - base)
-                        if i < j:
-                            b = base - shift
-                            yield [b + x for x in tod[i:j]]
+                    i = 0 if base >= lo else bisect_left(tod, lo - base)
+                    j = len(tod) if base + DAY <= hi else bisect_left(tod, hi - base)
+                    b = base - shift
+                    for k in range(i, j, CHUNK):
+                        yield [b + x for x in tod[k:min(k + CHUNK, j)]]
             from_day = 1
             month += 1
             if month == 13:
@@ -247,7 +236,25 @@ class CronTrigger(Trigger):
 
 
 def make_trigger(*, cron: str | None, every: float | None, timezone: str) -> Trigger:
-    """The trigger of one schedule: exactly one of ``cron`` and ``every`` (seconds)."""
+    """The trigger of one schedule: exactly one of ``cron`` and ``every`` (seconds).
+
+    Triggers are immutable, so schedules with the same cron (or every) and zone share one
+    instance: the leader's per-schedule state is a reference, and a tick can work each distinct
+    trigger out once for all the schedules that share it."""
+    if isinstance(every, bool) or not (every is None or isinstance(every, int | float)):
+        return _make_trigger(cron, every, timezone)  # uncached: the error says what is wrong
+    try:
+        return _shared_trigger(cron, every, timezone)
+    except TypeError:  # unhashable input: let the uncached path explain it
+        return _make_trigger(cron, every, timezone)
+
+
+@functools.lru_cache(maxsize=65536)
+def _shared_trigger(cron: str | None, every: float | None, timezone: str) -> Trigger:
+    return _make_trigger(cron, every, timezone)
+
+
+def _make_trigger(cron: str | None, every: float | None, timezone: str) -> Trigger:
     zone = zones.load_zone(timezone)
     if (cron is None) == (every is None):
         raise TimingError("a schedule needs exactly one of 'cron' and 'every'")

@@ -1,0 +1,136 @@
+"""Where the leader's time and memory go: its phases in one process, profiled one at a time.
+
+The same schedules as ``burst_vs_apscheduler.py`` (N six-field crons, all due at the same
+instants), against a private PostgreSQL (fsync on). Phases, each timed (and with ``--profile``,
+under cProfile, top functions by cumulative and own time):
+
+1. load: ``load_valid`` of the schedule files (what ``cronkeeper run`` does before READY=1);
+2. lead: win the lock, ``load_versions``, ``tick_until_current``, ``adopt`` (every version row);
+3. burst: wait for the next instant all N fall due at, then ``tick`` until it is decided.
+
+With ``--memory``, tracemalloc runs from before the load to after the burst (much slower, so
+times are not comparable then) and prints the bytes held per schedule after each phase, with
+the allocating lines that hold the most.
+
+    .venv/bin/python benchmarks/profile_leader.py [--schedules 100000] [--profile] [--memory]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import resource
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from burst_vs_apscheduler import EVERY, write_files  # noqa: E402
+from daemon_harness import PrivatePostgres  # noqa: E402
+
+from cronkeeper import clock  # noqa: E402
+from cronkeeper.db import leader as dbl  # noqa: E402
+from cronkeeper.db import scheduling as dbs  # noqa: E402
+from cronkeeper.db.engine import leader_lock_key, normalize_url  # noqa: E402
+from cronkeeper.scheduler import Scheduler  # noqa: E402
+from cronkeeper.spec import load_valid  # noqa: E402
+
+
+class Phase:
+    def __init__(self, name: str, profile: bool, n: int) -> None:
+        self.name, self.n = name, n
+        self.profiler = cProfile.Profile() if profile else None
+
+    def __enter__(self) -> Phase:
+        self.start = time.perf_counter()
+        self.cpu = time.process_time()
+        if self.profiler:
+            self.profiler.enable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.profiler:
+            self.profiler.disable()
+        elapsed = time.perf_counter() - self.start
+        cpu = time.process_time() - self.cpu
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"[{self.name}] {elapsed:.2f} s wall, {cpu:.2f} s CPU in this process; peak RSS "
+              f"so far {rss:.0f} MiB; load average {os.getloadavg()[0]:.1f}", flush=True)
+        if tracemalloc.is_tracing():
+            current, peak = tracemalloc.get_traced_memory()
+            print(f"[{self.name}] traced: {current / 2**20:.1f} MiB held "
+                  f"({current / self.n:.0f} B per schedule), peak {peak / 2**20:.1f} MiB")
+            top = tracemalloc.take_snapshot().statistics("lineno")[:12]
+            for stat in top:
+                frame = stat.traceback[0]
+                print(f"    {stat.size / 2**20:7.1f} MiB {stat.count:9d} blocks  "
+                      f"{frame.filename.split('cronkeeper/')[-1]}:{frame.lineno}")
+        if self.profiler:
+            for key in ("cumulative", "tottime"):
+                out = io.StringIO()
+                pstats.Stats(self.profiler, stream=out).sort_stats(key).print_stats(14)
+                lines = out.getvalue().splitlines()
+                start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+                print(f"  by {key}:")
+                print("\n".join("  " + line for line in lines[start:start + 15] if line.strip()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=100_000)
+    parser.add_argument("--per-file", type=int, default=1000)
+    parser.add_argument("--form", choices=["cron6", "every"], default="cron6")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    n = args.schedules
+
+    pg = PrivatePostgres(fsync=True, settings={"track_commit_timestamp": "on"}).start()
+    root = Path(tempfile.mkdtemp(prefix="cronkeeper-profile-"))
+    try:
+        schema = pg.new_schema()
+        write_files(root / "schedules", n, args.per_file, args.form)
+        if args.memory:
+            tracemalloc.start()
+        with Phase("load", args.profile, n):
+            schedules = load_valid([str(root / "schedules")], now=clock.wall())
+        url = normalize_url(pg.url)
+        key = leader_lock_key(schema, "profile")
+        conn = dbl.lock_connect(url, schema, "cronkeeper-lock:profile")
+        assert dbl.lock_wait(conn, key)
+        term, _ = dbl.leadership_claim(conn, "profile", "profile")
+        scheduler = Scheduler(conn, cluster="profile", term=term, lock_key=key)
+        with Phase("lead", args.profile, n):
+            scheduler.load_versions()
+            scheduler.tick_until_current()
+            scheduler.adopt(schedules)
+        due = scheduler.next_due()
+        assert due is not None
+        wait = (due - dbs.db_now(conn)).total_seconds()
+        print(f"burst at {due.isoformat()}, {wait:.1f} s from now", flush=True)
+        while dbs.db_now(conn) < due:
+            time.sleep(0.05)
+        decided = 0
+        with Phase("burst", args.profile, n):
+            while decided < n:
+                decided += len(scheduler.tick().decisions)
+        lags = conn.execute(
+            "SELECT extract(epoch FROM min(pg_xact_commit_timestamp(xmin)) - %(d)s),"
+            " extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) - %(d)s) FROM outbox"
+            " WHERE scheduled_for = %(d)s", {"d": due}).fetchone()
+        print(f"burst: {decided} periods decided (every {EVERY} s); commit lag first "
+              f"{float(lags[0]) * 1000:.0f} ms, last {float(lags[1]) * 1000:.0f} ms")
+        conn.close()
+    finally:
+        pg.stop()
+
+
+if __name__ == "__main__":
+    main()

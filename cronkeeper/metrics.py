@@ -79,6 +79,7 @@ class Metrics:
         self.jobs_running = Gauge("cronkeeper_jobs_running", "Jobs this worker is running now.",
                                   registry=r)
         self._owners: dict[str, str] = {}
+        self._owners_of: object = None  # the schedule set _owners was built from
 
     # -- election.Node ------------------------------------------------------------------------
     def set_leader(self, is_leader: bool, term: int | None) -> None:
@@ -92,8 +93,10 @@ class Metrics:
     def observe_tick(self, report: Any, schedules: Any = None) -> None:
         """Count each decision of a ``scheduler.TickReport``; ``schedules`` (a ScheduleSet)
         gives the owners."""
-        if schedules is not None:
+        if schedules is not None and schedules is not self._owners_of:
+            # once per schedule set, not per tick: a tick's cost follows its decisions
             self._owners = {s.name: s.owner or "" for s in schedules.specs}
+            self._owners_of = schedules
         now = report.now
         for schedule, decision, _job_id in report.decisions:
             outcome = str(decision.outcome)

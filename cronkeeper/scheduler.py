@@ -113,9 +113,12 @@ class Scheduler:
         rows: list[tuple[str, str, dict | None]] = []
         for name, spec in wanted.items():
             state = self.states.get(name)
-            if state is None or state.spec.digest != spec.digest:
+            digest = spec.digest
+            if state is None or state.spec.digest != digest:
                 changes[name] = "changed" if state else "new"
-                rows.append((name, spec.digest, spec.to_json()))
+                rows.append((name, digest, spec.to_json()))
+            else:  # the same spec: keep one copy (the file's) in memory, not two
+                state.spec = spec
         for name in self.states.keys() - wanted.keys():
             changes[name] = "removed"
             rows.append((name, "removed", None))

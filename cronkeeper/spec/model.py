@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -43,6 +45,19 @@ class Backoff:
     base: float = DEFAULT_BACKOFF_BASE
     factor: float = DEFAULT_BACKOFF_FACTOR
     max: float = DEFAULT_BACKOFF_MAX
+
+
+@functools.lru_cache(maxsize=1024)
+def shared_backoff(base: float = DEFAULT_BACKOFF_BASE, factor: float = DEFAULT_BACKOFF_FACTOR,
+                   max: float = DEFAULT_BACKOFF_MAX) -> Backoff:  # noqa: A002 - the field's name
+    """One Backoff instance per distinct value: 100,000 schedules mostly share a handful."""
+    return Backoff(base, factor, max)
+
+
+def shared_text(value: str | None) -> str | None:
+    """The interned string: zones, tasks, owners and payloads repeat across generated
+    schedules, and each copy would cost its own 50-100 bytes per schedule."""
+    return sys.intern(value) if value is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,27 +129,27 @@ class ScheduleSpec:
         command = data.get("command")
         return cls(
             name=data["name"],
-            cron=data.get("cron"),
+            cron=shared_text(data.get("cron")),
             every=data.get("every"),
-            timezone=data["timezone"],
+            timezone=shared_text(data["timezone"]),
             misfire=Misfire(data["misfire"]),
             catch_up_limit=float(data.get("catch_up_limit", DEFAULT_CATCH_UP_LIMIT)),
             overlap=Overlap(data.get("overlap", "skip")),
-            task=data.get("task"),
+            task=shared_text(data.get("task")),
             command=tuple(command) if command is not None else None,
-            payload_json=canonical_json(data.get("payload") or {}),
+            payload_json=shared_text(canonical_json(data.get("payload") or {})),
             grace=float(data.get("grace", DEFAULT_GRACE)),
             jitter=float(data.get("jitter", DEFAULT_JITTER)),
             timeout=float(data.get("timeout", DEFAULT_TIMEOUT)),
             max_attempts=int(data.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
-            backoff=Backoff(
+            backoff=shared_backoff(
                 float(backoff.get("base", DEFAULT_BACKOFF_BASE)),
                 float(backoff.get("factor", DEFAULT_BACKOFF_FACTOR)),
                 float(backoff.get("max", DEFAULT_BACKOFF_MAX)),
             ),
             permanent_exit_codes=tuple(data.get("permanent_exit_codes") or ()),
-            owner=data.get("owner"),
-            description=data.get("description"),
+            owner=shared_text(data.get("owner")),
+            description=shared_text(data.get("description")),
         )
 
     @property

@@ -42,6 +42,8 @@ from cronkeeper.spec.model import (
     Misfire,
     Overlap,
     ScheduleSpec,
+    shared_backoff,
+    shared_text,
 )
 from cronkeeper.timing import (
     TimingError,
@@ -219,7 +221,7 @@ def check_schedule(
         else:
             max_attempts = result
 
-    backoff = _backoff(table.get("backoff"), err) if "backoff" in table else Backoff()
+    backoff = _backoff(table.get("backoff"), err) if "backoff" in table else shared_backoff()
 
     exit_codes: tuple[int, ...] = ()
     if "permanent_exit_codes" in table:
@@ -263,23 +265,23 @@ def check_schedule(
         return None, diagnostics
     spec = ScheduleSpec(
         name=name,
-        timezone=timezone,
+        timezone=shared_text(timezone),  # type: ignore[arg-type]  # not None: no error
         misfire=misfire,  # type: ignore[arg-type]  # not None: no error
-        cron=cron,
+        cron=shared_text(cron),
         every=every,
         catch_up_limit=catch_up_limit,
         overlap=overlap,
-        task=task,
+        task=shared_text(task),
         command=tuple(command) if command is not None else None,
-        payload_json=payload_json,
+        payload_json=shared_text(payload_json),  # type: ignore[arg-type]  # a str
         grace=grace,
         jitter=jitter,
         timeout=timeout,
         max_attempts=max_attempts,
         backoff=backoff,
         permanent_exit_codes=exit_codes,
-        owner=owner,
-        description=description,
+        owner=shared_text(owner),
+        description=shared_text(description),
         file=file,
         line=line_of(),
     )
@@ -343,7 +345,7 @@ def _backoff(raw: Any, err: Callable[..., None]) -> Backoff:
     if ok and maximum < base:
         err(f"'backoff.max' ({maximum:g}s) is shorter than 'backoff.base' ({base:g}s)",
             "backoff", "max" if "max" in raw else "base")  # fmt: skip
-    return Backoff(base=base, factor=factor, max=maximum)
+    return shared_backoff(base, factor, maximum)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -11,6 +11,7 @@ import heapq
 import itertools
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,6 +31,8 @@ log = logging.getLogger("cronkeeper.scheduler")
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
 MAX_PERIODS_PER_TICK = 20_000  # keeps one tick's transaction well under the leader timeout
 BATCH_ROWS = 1_000  # rows per claim statement (statements are pipelined)
+ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
+LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
 
 
 @dataclass(slots=True)
@@ -110,13 +113,13 @@ class Scheduler:
         horizon under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
         wanted = schedules.by_name()
         changes: dict[str, str] = {}
-        rows: list[tuple[str, str, dict | None]] = []
+        rows: list[tuple[str, str, ScheduleSpec | None]] = []
         for name, spec in wanted.items():
             state = self.states.get(name)
             digest = spec.digest
             if state is None or state.spec.digest != digest:
                 changes[name] = "changed" if state else "new"
-                rows.append((name, digest, spec.to_json()))
+                rows.append((name, digest, spec))
             else:  # the same spec: keep one copy (the file's) in memory, not two
                 state.spec = spec
         for name in self.states.keys() - wanted.keys():
@@ -124,12 +127,24 @@ class Scheduler:
             rows.append((name, "removed", None))
         if not rows:
             return changes
-        with self.conn.transaction():
-            now = self.confirm()
-            # The old versions decided every period up to the last tick's horizon; the new ones
-            # take over from exactly there, so no instant in between is left to neither.
-            at = min(self._horizon, now) if self._horizon is not None else now
-            ids = dbs.versions_insert(self.conn, rows, at, self.term)
+        # In transactions of ADOPT_ROWS versions, each fenced and heartbeating: 100,000 new
+        # schedules are not one long transaction, and only one batch's JSON is in memory.
+        # A leader lost half-way leaves some schedules on their new version and the rest on
+        # their old one, each consistent; the next leader adopts the rest from its horizon.
+        at: datetime | None = None
+        ids: dict[str, int] = {}
+        for start in range(0, len(rows), ADOPT_ROWS):
+            with self.conn.transaction():
+                now = self.confirm()
+                if at is None:
+                    # The old versions decided every period up to the last tick's horizon; the
+                    # new ones take over from exactly there: no instant is left to neither.
+                    at = min(self._horizon, now) if self._horizon is not None else now
+                batch = [(name, digest, spec.to_json() if spec is not None else None)
+                         for name, digest, spec in rows[start:start + ADOPT_ROWS]]
+                ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
+        assert at is not None
+        each = len(changes) <= LOG_EACH_UP_TO
         for name, kind in changes.items():
             if kind != "removed":
                 version_id = ids.get(name)
@@ -139,11 +154,13 @@ class Scheduler:
                                                   wanted[name].trigger(), at)
             else:
                 del self.states[name]
-            log.info(
-                "schedule %s",
-                kind,
-                extra={"action": f"schedule_{kind}", "schedule": name, "term": self.term},
-            )
+            if each:
+                log.info("schedule %s", kind, extra={
+                    "action": f"schedule_{kind}", "schedule": name, "term": self.term})
+        if not each:
+            counts = Counter(changes.values())
+            log.info("schedules adopted: %s", ", ".join(f"{n} {k}" for k, n in sorted(
+                counts.items())), extra={"action": "schedules_adopted", "term": self.term})
         self._rebuild_heap()
         return changes
 
@@ -203,10 +220,14 @@ class Scheduler:
         self._horizon = horizon
         for batch, claimed in claims:  # after the commit: a burst's jobs are visible sooner
             report.lost += len(batch) - len(claimed)
-            sent = {(r.schedule, r.scheduled_for): r for r in batch}
+            reasons: dict[tuple[str, datetime], str | None] | None = None
             for schedule, scheduled_for, outcome, job_id in claimed:
-                row = sent[(schedule, scheduled_for)]
-                decision = Decision(scheduled_for, _OUTCOMES[outcome], _REASONS[row.reason])
+                reason = None
+                if outcome != "emitted":  # the reason is in the row sent
+                    if reasons is None:
+                        reasons = {(r.schedule, r.scheduled_for): r.reason for r in batch}
+                    reason = _REASONS[reasons[(schedule, scheduled_for)]]
+                decision = Decision(scheduled_for, _OUTCOMES[outcome], reason)
                 report.decisions.append((schedule, decision, job_id))
         next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
         for name, periods in due.items():
@@ -265,32 +286,18 @@ def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
 
 
 def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:
-    """The row that records a decision; an emitted one carries its outbox job's columns."""
-    if decision.outcome is not Outcome.EMITTED:
-        return dbs.PeriodRow(
-            schedule=spec.name,
-            scheduled_for=decision.scheduled_for,
-            version_id=version_id,
-            outcome=decision.outcome.value,
-            reason=decision.reason.value if decision.reason else None,
-        )
+    """The row that records a decision; an emitted one carries its outbox job's columns.
+    Built positionally, once: a burst builds one per schedule."""
     at = decision.scheduled_for
+    if decision.outcome is not Outcome.EMITTED:
+        reason = decision.reason.value if decision.reason else None
+        return dbs.PeriodRow(spec.name, at, version_id, decision.outcome.value, reason)
     key = f"{spec.name}@{_key_stamp(at)}"  # idempotency_key(), its instant formatted once
-    return dbs.PeriodRow(  # built once, whole: a burst makes one per schedule
-        schedule=spec.name,
-        scheduled_for=at,
-        version_id=version_id,
-        outcome=Outcome.EMITTED.value,
-        reason=None,
-        key=key,
-        task=spec.task_name,
-        payload_json=spec.payload_json,
-        max_attempts=spec.max_attempts,
-        run_after=at + timedelta(seconds=period_jitter(key, spec.jitter)) if spec.jitter else at,
-        timeout=spec.timeout,
-        backoff_json=_backoff_json(spec.backoff),
-        serial=spec.overlap is Overlap.SERIAL,
-        owner=spec.owner,
+    return dbs.PeriodRow(
+        spec.name, at, version_id, "emitted", None, key, spec.task_name, spec.payload_json,
+        spec.max_attempts,
+        at + timedelta(seconds=period_jitter(key, spec.jitter)) if spec.jitter else at,
+        spec.timeout, _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner,
     )
 
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -23,9 +23,12 @@ class VersionRow:
     active_from: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class PeriodRow:
-    """One decision to record; ``job`` holds the outbox columns when the period is emitted."""
+class PeriodRow(NamedTuple):
+    """One decision to record; the job fields hold the outbox columns when it is emitted.
+
+    Immutable like the frozen dataclasses elsewhere, but a tuple: a burst builds one per
+    schedule (a frozen dataclass's ``__init__`` costs several times more), and ``zip(*rows)``
+    turns a batch into the statement's columns at C speed. Fields in the statement's order."""
 
     schedule: str
     scheduled_for: datetime
@@ -181,17 +184,13 @@ def periods_claim_pipelined(
     return [(rows, cur.fetchall()) for rows, cur in sent]
 
 
+# The claim statement's parameter for each PeriodRow field, in field order.
+_CLAIM_PARAMS = ("schedule", "scheduled_for", "version_id", "outcome", "reason", "key", "task",
+                 "payload", "max_attempts", "run_after", "timeout", "backoff", "serial", "owner")
+
+
 def _claim_send(conn: psycopg.Connection, rows: Sequence[PeriodRow], term: int) -> psycopg.Cursor:
-    cols: dict[str, list[Any]] = {
-        name: [getattr(r, attr) for r in rows]
-        for name, attr in (
-            ("schedule", "schedule"), ("scheduled_for", "scheduled_for"),
-            ("version_id", "version_id"), ("outcome", "outcome"), ("reason", "reason"),
-            ("key", "key"), ("task", "task"), ("payload", "payload_json"),
-            ("max_attempts", "max_attempts"), ("run_after", "run_after"), ("timeout", "timeout"),
-            ("backoff", "backoff_json"), ("serial", "serial"), ("owner", "owner"),
-        )
-    }
+    cols: dict[str, Any] = dict(zip(_CLAIM_PARAMS, map(list, zip(*rows, strict=True)), strict=True))
     cols["term"] = term  # type: ignore[assignment]
     cur = conn.cursor()
     cur.execute(_CLAIM, cols)

@@ -235,7 +235,7 @@ class Node:
     def _lead(self, conn: RawConnection) -> None:
         scheduler = Scheduler(
             conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
-            on_tick=self._report, should_stop=self.stopping.is_set,
+            on_tick=self._report, should_stop=self.stopping.is_set, on_progress=self._progress,
             resume_floor=timedelta(days=self.options.retention_periods_days),
         )
         scheduler.load_versions()
@@ -284,6 +284,9 @@ class Node:
             )
         if any(counts):
             log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
+
+    def _progress(self) -> None:
+        self.last_progress = clock.monotonic()
 
     def _report(self, report: TickReport) -> None:
         self.last_progress = clock.monotonic()  # each committed tick is progress

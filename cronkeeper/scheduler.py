@@ -29,7 +29,7 @@ from cronkeeper.timing import Trigger
 log = logging.getLogger("cronkeeper.scheduler")
 
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
-MAX_PERIODS_PER_TICK = 20_000  # keeps one tick's transaction well under the leader timeout
+MAX_PERIODS_PER_TICK = 5_000  # one tick's transaction stays well under the stall timeout
 BATCH_ROWS = 1_000  # rows per claim statement (statements are pipelined)
 ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
 LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
@@ -60,6 +60,7 @@ class Scheduler:
         term: int,
         lock_key: int,
         on_tick: Callable[[TickReport], None] | None = None,
+        on_progress: Callable[[], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         resume_floor: timedelta = timedelta(days=400),
     ) -> None:
@@ -68,6 +69,7 @@ class Scheduler:
         self.term = term
         self.lock_key = lock_key
         self.on_tick = on_tick
+        self.on_progress = on_progress  # called as each claim batch goes out (stall detection)
         self.should_stop = should_stop
         self.resume_floor = resume_floor  # periods older than retention are never re-planned
         self.skipped_versions: dict[str, str] = {}  # schedule -> why its stored version is unusable
@@ -140,7 +142,7 @@ class Scheduler:
                     # The old versions decided every period up to the last tick's horizon; the
                     # new ones take over from exactly there: no instant is left to neither.
                     at = min(self._horizon, now) if self._horizon is not None else now
-                batch = [(name, digest, spec.to_json() if spec is not None else None)
+                batch = [(name, digest, spec.canonical() if spec is not None else None)
                          for name, digest, spec in rows[start:start + ADOPT_ROWS]]
                 ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
         assert at is not None
@@ -223,7 +225,7 @@ class Scheduler:
             reasons: dict[tuple[str, datetime], str | None] | None = None
             for schedule, scheduled_for, outcome, job_id in claimed:
                 reason = None
-                if outcome != "emitted":  # the reason is in the row sent
+                if outcome != "emitted":  # the reason is in the row sent (the plan emits none)
                     if reasons is None:
                         reasons = {(r.schedule, r.scheduled_for): r.reason for r in batch}
                     reason = _REASONS[reasons[(schedule, scheduled_for)]]
@@ -274,6 +276,8 @@ class Scheduler:
             for decision in decisions:
                 batch.append(period_row(spec, state.version_id, decision))
                 if len(batch) >= BATCH_ROWS:
+                    if self.on_progress is not None:
+                        self.on_progress()  # a big tick is progress batch by batch, not at its end
                     yield batch
                     batch = []
         if batch:
@@ -289,12 +293,12 @@ def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.P
     """The row that records a decision; an emitted one carries its outbox job's columns.
     Built positionally, once: a burst builds one per schedule."""
     at = decision.scheduled_for
+    reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
     if decision.outcome is not Outcome.EMITTED:
-        reason = decision.reason.value if decision.reason else None
         return dbs.PeriodRow(spec.name, at, version_id, decision.outcome.value, reason)
     key = f"{spec.name}@{_key_stamp(at)}"  # idempotency_key(), its instant formatted once
     return dbs.PeriodRow(
-        spec.name, at, version_id, "emitted", None, key, spec.task_name, spec.payload_json,
+        spec.name, at, version_id, "emitted", reason, key, spec.task_name, spec.payload_json,
         spec.max_attempts,
         at + timedelta(seconds=period_jitter(key, spec.jitter)) if spec.jitter else at,
         spec.timeout, _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner,

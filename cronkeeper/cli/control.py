@@ -4,7 +4,6 @@ duplicates a period that has an outcome."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import getpass
 import itertools
@@ -72,7 +71,7 @@ def trigger_job(engine, name: str) -> tuple[int, str]:
         now = dbs.db_now(raw)
         row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
         key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
-        row = dataclasses.replace(row, key=key, run_after=now)
+        row = row._replace(key=key, run_after=now)  # PeriodRow is a NamedTuple
         return dbs.outbox_insert_manual(raw, row), key
 
 

@@ -63,11 +63,12 @@ def versions_in_force(conn: psycopg.Connection) -> list[VersionRow]:
 
 def versions_insert(
     conn: psycopg.Connection,
-    rows: Sequence[tuple[str, str, dict[str, Any] | None]],
+    rows: Sequence[tuple[str, str, dict[str, Any] | str | None]],
     active_from: datetime,
     term: int,
 ) -> dict[str, int]:
-    """Record new versions (schedule, digest, spec or None for removal); return their ids."""
+    """Record new versions (schedule, digest, spec or None for removal); return their ids.
+    A spec is a dict or its JSON text."""
     if not rows:
         return {}
     result = conn.execute(
@@ -81,7 +82,8 @@ def versions_insert(
         {
             "s": [r[0] for r in rows],
             "d": [r[1] for r in rows],
-            "j": [json.dumps(r[2]) if r[2] is not None else None for r in rows],
+            "j": [r[2] if r[2] is None or isinstance(r[2], str) else json.dumps(r[2])
+                  for r in rows],
             "at": active_from,
             "term": term,
         },

@@ -86,6 +86,8 @@ class ScheduleSpec:
     # does not make a new version).
     file: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
+    # to_json() as canonical text, worked out once (the digest and the stored version use it).
+    _canonical: str | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -154,7 +156,15 @@ class ScheduleSpec:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(canonical_json(self.to_json()).encode()).hexdigest()
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
+
+    def canonical(self) -> str:
+        """``to_json()`` as canonical JSON text, computed once per spec."""
+        text = self._canonical
+        if text is None:
+            text = canonical_json(self.to_json())
+            object.__setattr__(self, "_canonical", text)  # a cache: frozen for everything else
+        return text
 
     def trigger(self) -> Trigger:
         """When this schedule fires (the one place a spec becomes a trigger)."""

@@ -1,0 +1,164 @@
+"""What lets one leader carry 100,000 schedules (issue 14), tested for results, never for speed:
+triggers shared and table-free, work shared per trigger within a tick without mixing policies,
+adoption in fenced batches, and bursts logged as one line."""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from daemon_harness import schedule_toml, set_path, shared_postgres, wait_for, write_schedules
+
+from cronkeeper import clock, scheduler
+from cronkeeper.db import leader as dbl
+from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.engine import leader_lock_key, normalize_url
+from cronkeeper.election import Node
+from cronkeeper.planning import Decision, Outcome, Reason
+from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
+from cronkeeper.spec import load_valid
+from cronkeeper.spec.model import ScheduleSet
+from cronkeeper.timing import TimingError, make_trigger
+from cronkeeper.timing.triggers import CHUNK
+
+
+# -- triggers --------------------------------------------------------------------------------------
+def test_schedules_with_one_cron_and_zone_share_one_trigger() -> None:
+    a = make_trigger(cron="0,30 * * * * *", every=None, timezone="UTC")
+    assert make_trigger(cron="0,30 * * * * *", every=None, timezone="UTC") is a
+    assert make_trigger(cron="0,30 * * * * *", every=None, timezone="Europe/Berlin") is not a
+    assert make_trigger(cron=None, every=30, timezone="UTC") is make_trigger(
+        cron=None, every=30, timezone="UTC")
+    for bad in (float("nan"), True, 0.5, [30]):  # the shared path still refuses what it should
+        with pytest.raises(TimingError):
+            make_trigger(cron=None, every=bad, timezone="UTC")  # type: ignore[arg-type]
+
+
+def test_a_seconds_cron_fires_every_matching_second_in_bounded_chunks() -> None:
+    trigger = make_trigger(cron="*/7 * * * * *", every=None, timezone="UTC")
+    start = datetime(2026, 3, 1, 23, 0, 0, tzinfo=UTC)
+    until = start + timedelta(days=2)
+    expected = [start + timedelta(seconds=s) for s in range(1, 2 * 86400 + 1)
+                if (start + timedelta(seconds=s)).second % 7 == 0]
+    assert list(trigger.fires(start, until)) == expected
+    lo = math.floor(start.timestamp())
+    chunks = list(trigger.local_matches(lo, lo + 2 * 86400))
+    assert max(len(c) for c in chunks) <= CHUNK
+    assert [v for c in chunks for v in c] == [
+        v for v in range(lo, lo + 2 * 86400) if v % 60 % 7 == 0]
+    assert trigger.next_fire(start) == expected[0]
+
+
+# -- the leader, in process ------------------------------------------------------------------------
+def _lead(pg, schema: str) -> tuple:
+    cluster = f"scale-{uuid.uuid4().hex[:6]}"
+    conn = dbl.lock_connect(normalize_url(pg.url), schema, f"scale:{cluster}")
+    key = leader_lock_key(schema, cluster)
+    assert dbl.lock_wait(conn, key)
+    term, _ = dbl.leadership_claim(conn, cluster, cluster)
+    return conn, Scheduler(conn, cluster=cluster, term=term, lock_key=key)
+
+
+def test_adoption_in_batches_records_every_version_at_one_instant_and_policies_stay_apart(
+        tmp_path, monkeypatch):
+    """20 schedules adopted 7 per transaction. Schedules that share a trigger share the tick's
+    calendar work, but not their decisions: the overlap = "skip" ones whose job is unfinished
+    are skipped while the "allow" ones fire."""
+    pg = shared_postgres()
+    schema = pg.new_schema()
+    monkeypatch.setattr(scheduler, "ADOPT_ROWS", 7)
+    files = {"a.toml": "\n".join(
+        schedule_toml(f"s{i:02d}", every="1s", misfire="skip", grace="1h",
+                      overlap="allow" if i % 2 else "skip") for i in range(20))}
+    schedules = load_valid([str(write_schedules(tmp_path / "s", files))], now=clock.wall())
+    conn, sched = _lead(pg, schema)
+    db = set_path(pg.connect(), schema)
+    try:
+        sched.load_versions()
+        sched.tick()
+        assert set(sched.adopt(schedules).values()) == {"new"}
+        versions = db.execute("SELECT count(*), count(DISTINCT active_from), "
+                              "count(DISTINCT xmin::text) FROM schedule_versions").fetchone()
+        assert versions == (20, 1, 3)  # every version, one instant, three transactions
+        assert len({id(s.trigger) for s in sched.states.values()}) == 1
+
+        def tick_until(n_jobs: int) -> None:
+            wait_for(lambda: (sched.tick() and False) or db.execute(
+                "SELECT count(*) FROM outbox").fetchone()[0] >= n_jobs, 20, f"{n_jobs} jobs")
+
+        tick_until(20)  # the first second: one job each, nobody busy yet
+        first = db.execute("SELECT max(scheduled_for) FROM periods").fetchone()[0]
+        tick_until(30)  # a later second: only the 10 "allow" schedules emit
+        rows = db.execute(
+            "SELECT schedule, outcome, reason FROM periods WHERE scheduled_for > %s "
+            "AND scheduled_for = (SELECT min(scheduled_for) FROM periods WHERE scheduled_for > %s)",
+            (first, first)).fetchall()
+        assert len(rows) == 20
+        for schedule, outcome, reason in rows:
+            allow = int(schedule[1:]) % 2 == 1
+            assert (outcome, reason) == (("emitted", None) if allow else ("skipped", "overlap"))
+        assert db.execute("SELECT count(*) FROM outbox GROUP BY schedule, scheduled_for "
+                          "HAVING count(*) > 1").fetchall() == []
+
+        # a new leader reads every version back and plans the same twenty schedules
+        conn2, sched2 = _lead_after(pg, schema, conn)
+        try:
+            sched2.load_versions()
+            assert sorted(sched2.states) == sorted(s.name for s in schedules.specs)
+        finally:
+            conn2.close()
+    finally:
+        db.close()
+        if not conn.closed:
+            conn.close()
+
+
+def _lead_after(pg, schema: str, previous) -> tuple:
+    previous.close()  # its lock goes with its session
+    return _lead(pg, schema)
+
+
+# -- logging a burst -------------------------------------------------------------------------------
+def _node() -> Node:
+    return Node(url=None, schema="cronkeeper", cluster="logs", engine=None,  # type: ignore[arg-type]
+                schedules=ScheduleSet(()), instance_id="logs")
+
+
+def _report(n: int, skipped: int = 0) -> TickReport:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    report = TickReport(now=at)
+    for i in range(n):
+        decision = (Decision(at, Outcome.SKIPPED, Reason.OVERLAP) if i < skipped
+                    else Decision(at, Outcome.EMITTED))
+        report.decisions.append((f"s{i}", decision, None if i < skipped else i))
+    return report
+
+
+def test_a_few_decisions_log_a_line_each_and_a_burst_logs_one_summary(caplog) -> None:
+    node = _node()
+    caplog.set_level(logging.INFO, logger="cronkeeper")
+    node._report(_report(3, skipped=1))
+    actions = [r.action for r in caplog.records]
+    assert sorted(actions) == ["fire", "fire", "skip"]
+    caplog.clear()
+    node._report(_report(LOG_EACH_UP_TO + 1, skipped=2))
+    summary = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.action for r in summary] == ["fire_batch"]
+    assert summary[0].getMessage() == (
+        f"fired {LOG_EACH_UP_TO - 1} jobs, skipped 2 periods, 2 overlap in one tick")
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="cronkeeper")
+    node._report(_report(LOG_EACH_UP_TO + 1))
+    assert sum(1 for r in caplog.records if getattr(r, "action", "") == "fire") == (
+        LOG_EACH_UP_TO + 1)  # each period still at debug
+
+
+def test_period_rows_are_the_claim_statements_columns() -> None:
+    """PeriodRow's fields, in order, are the claim statement's parameters: a row built
+    positionally lands in the right column."""
+    assert len(dbs.PeriodRow._fields) == len(dbs._CLAIM_PARAMS)
+    assert dbs.PeriodRow._fields[:7] == ("schedule", "scheduled_for", "version_id", "outcome",
+                                         "reason", "key", "task")

@@ -348,7 +348,7 @@ def _backoff(raw: Any, err: Callable[..., None]) -> Backoff:
     return shared_backoff(base, factor, maximum)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)  # generated sets hold tens of thousands of distinct crons
 def _cron_problem(expr: str) -> str | None:
     try:
         parsed = parse_cron(expr)
@@ -402,7 +402,7 @@ def _dst_hours(timezone: str, now: datetime) -> frozenset[int]:
     return frozenset(hours)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)
 def _shortest_gap(cron: str, now: datetime) -> float | None:
     """The shortest time between consecutive fires among the next few (None: fewer than two).
 

@@ -217,7 +217,7 @@ def parse_cron(expr: str) -> CronExpr:
     return _parse(expr)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)  # one CronExpr per distinct expression (triggers share it)
 def _parse(expr: str) -> CronExpr:
     _check_characters(expr)
     text = expr.strip(" \t")

@@ -85,6 +85,12 @@ class Phase:
                 print("\n".join("  " + line for line in lines[start:start + 15] if line.strip()))
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of a local process (/proc/PID/stat), e.g. the server backend."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
@@ -123,9 +129,13 @@ def main() -> None:
         while dbs.db_now(conn) < due:
             time.sleep(0.05)
         decided = 0
+        backend = dbl.backend_pid(conn)
+        server_cpu = _cpu_seconds(backend)
         with Phase("burst", args.profile, n):
             while decided < n:
                 decided += len(scheduler.tick().decisions)
+        server_cpu = _cpu_seconds(backend) - server_cpu
+        print(f"[burst] {server_cpu:.2f} s CPU in the server backend that ran the statements")
         lags = conn.execute(
             "SELECT extract(epoch FROM min(pg_xact_commit_timestamp(xmin)) - %(d)s),"
             " extract(epoch FROM max(pg_xact_commit_timestamp(xmin)) - %(d)s) FROM outbox"

@@ -115,18 +115,17 @@ class Scheduler:
         horizon under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
         wanted = schedules.by_name()
         changes: dict[str, str] = {}
-        rows: list[tuple[str, str, ScheduleSpec | None]] = []
+        rows: list[tuple[str, ScheduleSpec | None]] = []
         for name, spec in wanted.items():
             state = self.states.get(name)
-            digest = spec.digest
-            if state is None or state.spec.digest != digest:
+            if state is None or state.spec.digest != spec.digest:
                 changes[name] = "changed" if state else "new"
-                rows.append((name, digest, spec))
+                rows.append((name, spec))
             else:  # the same spec: keep one copy (the file's) in memory, not two
                 state.spec = spec
         for name in self.states.keys() - wanted.keys():
             changes[name] = "removed"
-            rows.append((name, "removed", None))
+            rows.append((name, None))
         if not rows:
             return changes
         # In transactions of ADOPT_ROWS versions, each fenced and heartbeating: 100,000 new
@@ -142,8 +141,7 @@ class Scheduler:
                     # The old versions decided every period up to the last tick's horizon; the
                     # new ones take over from exactly there: no instant is left to neither.
                     at = min(self._horizon, now) if self._horizon is not None else now
-                batch = [(name, digest, spec.canonical() if spec is not None else None)
-                         for name, digest, spec in rows[start:start + ADOPT_ROWS]]
+                batch = [_version_row(name, spec) for name, spec in rows[start:start + ADOPT_ROWS]]
                 ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
         assert at is not None
         each = len(changes) <= LOG_EACH_UP_TO
@@ -282,6 +280,14 @@ class Scheduler:
                     batch = []
         if batch:
             yield batch
+
+
+def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | None]:
+    """(schedule, digest, spec JSON) of a version row; a removal is ("removed", None)."""
+    if spec is None:
+        return name, "removed", None
+    text, digest = spec.canonical_and_digest()
+    return name, digest, text
 
 
 def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:

@@ -86,8 +86,8 @@ class ScheduleSpec:
     # does not make a new version).
     file: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
-    # to_json() as canonical text, worked out once (the digest and the stored version use it).
-    _canonical: str | None = field(default=None, init=False, compare=False, repr=False)
+    # The digest, worked out once (adopt and every heartbeat's set digest read it).
+    _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -156,15 +156,16 @@ class ScheduleSpec:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(self.canonical().encode()).hexdigest()
+        found = self._digest
+        return found if found is not None else self.canonical_and_digest()[1]
 
-    def canonical(self) -> str:
-        """``to_json()`` as canonical JSON text, computed once per spec."""
-        text = self._canonical
-        if text is None:
-            text = canonical_json(self.to_json())
-            object.__setattr__(self, "_canonical", text)  # a cache: frozen for everything else
-        return text
+    def canonical_and_digest(self) -> tuple[str, str]:
+        """``to_json()`` as canonical JSON text (what a version row stores) and its digest,
+        from one serialisation. The text is not kept (400 B a schedule); the digest is."""
+        text = canonical_json(self.to_json())
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        object.__setattr__(self, "_digest", digest)  # a cache: frozen for everything else
+        return text, digest
 
     def trigger(self) -> Trigger:
         """When this schedule fires (the one place a spec becomes a trigger)."""
@@ -195,14 +196,20 @@ class ScheduleSet:
     """Every schedule of a directory, by name, and the digest that instances compare."""
 
     specs: tuple[ScheduleSpec, ...]
+    _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def by_name(self) -> dict[str, ScheduleSpec]:
         return {s.name: s for s in self.specs}
 
     @property
     def digest(self) -> str:
+        """Computed once: instances report it with every heartbeat."""
+        if self._digest is not None:
+            return self._digest
         h = hashlib.sha256()
         for spec in sorted(self.specs, key=lambda s: s.name):
             h.update(spec.name.encode())
             h.update(spec.digest.encode())
-        return h.hexdigest()[:16]
+        digest = h.hexdigest()[:16]
+        object.__setattr__(self, "_digest", digest)  # a cache: frozen for everything else
+        return digest

@@ -25,6 +25,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
 from cronkeeper.spec import values as v
@@ -43,7 +44,6 @@ from cronkeeper.spec.model import (
     Overlap,
     ScheduleSpec,
     shared_backoff,
-    shared_text,
 )
 from cronkeeper.timing import (
     TimingError,
@@ -265,23 +265,23 @@ def check_schedule(
         return None, diagnostics
     spec = ScheduleSpec(
         name=name,
-        timezone=shared_text(timezone),  # type: ignore[arg-type]  # not None: no error
+        timezone=intern(timezone),  # type: ignore[arg-type]  # a str: no error
         misfire=misfire,  # type: ignore[arg-type]  # not None: no error
-        cron=shared_text(cron),
+        cron=intern(cron) if cron else cron,
         every=every,
         catch_up_limit=catch_up_limit,
         overlap=overlap,
-        task=shared_text(task),
+        task=intern(task) if task else task,
         command=tuple(command) if command is not None else None,
-        payload_json=shared_text(payload_json),  # type: ignore[arg-type]  # a str
+        payload_json=intern(payload_json),
         grace=grace,
         jitter=jitter,
         timeout=timeout,
         max_attempts=max_attempts,
         backoff=backoff,
         permanent_exit_codes=exit_codes,
-        owner=shared_text(owner),
-        description=shared_text(description),
+        owner=intern(owner) if owner else owner,
+        description=intern(description) if description else description,
         file=file,
         line=line_of(),
     )

@@ -73,6 +73,11 @@ class CronExpr:
     # Legal but probably not meant: a step that can never step (``*/60`` in minutes).
     warnings: tuple[str, ...] = ()
 
+    def __hash__(self) -> int:
+        """The source text's hash (cached by ``str``): equal expressions share their source, and
+        the triggers' shared tables look expressions up on every call."""
+        return hash(self.source)
+
     @property
     def fixed_time(self) -> bool:
         """cronie's rule: fixed-time unless the minute or hour field starts with ``*``."""

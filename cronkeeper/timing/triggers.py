@@ -122,7 +122,7 @@ class EveryTrigger(Trigger):
             yield epoch + timedelta(seconds=v)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def _times_of_day(expr: CronExpr) -> tuple[int, ...]:
     """Sorted seconds of the day the expression names; one table per distinct expression,
     shared by every trigger that uses it (a seconds cron names up to 86,400 of them)."""
@@ -130,7 +130,7 @@ def _times_of_day(expr: CronExpr) -> tuple[int, ...]:
                  for s in expr.seconds)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=32768)  # 14 month shapes per distinct expression, a few hundred B each
 def _month_days(expr: CronExpr, first_weekday: int, length: int) -> tuple[int, ...]:
     """The days of a month of this shape (weekday of day 1, Monday = 0; length) that fire."""
     doms, dows = set(expr.days), set(expr.weekdays)

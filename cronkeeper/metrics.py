@@ -78,6 +78,16 @@ class Metrics:
                                       ["schedule"], buckets=ATTEMPT_BUCKETS, registry=r)
         self.jobs_running = Gauge("cronkeeper_jobs_running", "Jobs this worker is running now.",
                                   registry=r)
+        # the relay (SPEC §11)
+        self.relay_published = Counter("cronkeeper_relay_published", "Jobs this relay published "
+                                       "and marked published, by target.", ["target"], registry=r)
+        self.relay_failures = Counter("cronkeeper_relay_failures", "Failed publish attempts of "
+                                      "this relay (refused, unroutable, unconfirmed, broker "
+                                      "unreachable), by target.", ["target"], registry=r)
+        self.relay_publish_lag = Histogram("cronkeeper_relay_publish_lag_seconds", "From when a "
+                                           "job became due (its commit, or its run_after when "
+                                           "later) to the broker's acknowledgement.",
+                                           buckets=LAG_BUCKETS, registry=r)
         self._owners: dict[str, str] = {}
         self._owners_of: object = None  # the schedule set _owners was built from
 
@@ -128,6 +138,15 @@ class Metrics:
             self.job_attempts.labels(s).observe(attempt)
 
 
+    # -- the relay ---------------------------------------------------------------------------
+    def relay_published_one(self, target: str, lag_seconds: float) -> None:
+        self.relay_published.labels(target).inc()
+        self.relay_publish_lag.observe(max(lag_seconds, 0.0))
+
+    def relay_failed(self, target: str) -> None:
+        self.relay_failures.labels(target).inc()
+
+
 class NullMetrics(Metrics):
     """What ``current()`` returns when no metrics are served: every call does nothing."""
 
@@ -141,6 +160,9 @@ class NullMetrics(Metrics):
 
     def job_finished(self, schedule, owner, outcome, duration_seconds, attempt, final=None) -> None:
         ...
+
+    def relay_published_one(self, target: str, lag_seconds: float) -> None: ...
+    def relay_failed(self, target: str) -> None: ...
 
 
 class DatabaseCollector(Collector):

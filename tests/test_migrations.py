@@ -10,7 +10,13 @@ from sqlalchemy.dialects import postgresql
 
 from cronkeeper.db import tables
 from cronkeeper.db.engine import make_engine, normalize_url
-from cronkeeper.db.migrate import latest_version, migrate, migrations_applied, require_current
+from cronkeeper.db.migrate import (
+    available,
+    latest_version,
+    migrate,
+    migrations_applied,
+    require_current,
+)
 from cronkeeper.errors import SchemaBehind
 
 
@@ -55,7 +61,7 @@ def test_concurrent_migrate_applies_each_version_once(database_url):
     try:
         assert errors == []
         applied = sorted(v for r in results for v in r)
-        assert applied == list(range(1, latest_version() + 1))
+        assert applied == [m.version for m in available()]  # each once (numbers may have gaps)
         with engines[0].connect() as conn:
             assert migrations_applied(conn, name) == latest_version()
         require_current(engines[0], name)

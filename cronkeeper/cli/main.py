@@ -22,6 +22,7 @@ COMMANDS = {
     "trigger": "control",
     "backfill": "control",
     "worker": "worker",
+    "relay": "relay",
     "dlq": "dlq",
     "explain": "explain",
     "history": "history",

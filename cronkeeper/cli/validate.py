@@ -48,17 +48,51 @@ def render_json(result: LoadResult) -> str:
 
 @click.command("validate")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option("--relay-config", "relay_config", default=None, metavar="FILE",
+              help="Also check a relay config (schedule PATHs are then optional; given, routes "
+                   "are checked against their schedules).")
 @format_option
 @click.pass_context
-def validate_command(ctx: click.Context, paths: tuple[str, ...], fmt: str) -> None:
+def validate_command(
+    ctx: click.Context, paths: tuple[str, ...], relay_config: str | None, fmt: str
+) -> None:
     """Check schedule files (files, or directories of *.toml) and report every problem."""
-    if not paths:
+    if not paths and relay_config is None:
         raise click.UsageError("give at least one schedule file or directory")
+    if relay_config is not None and not os.path.isfile(relay_config):
+        raise click.UsageError(f"--relay-config: no such file: {safe(relay_config)}")
     missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise click.UsageError(
             "no such file or directory: " + ", ".join(safe(p) for p in missing)
         )
-    result = load_paths(paths, now=clock.wall())
+    result = load_paths(paths, now=clock.wall()) if paths else _empty()
+    if relay_config is not None:
+        result = _with_relay_config(result, relay_config, bool(paths))
     click.echo(render_json(result) if fmt == "json" else render_text(result))
     ctx.exit(0 if result.valid else 1)
+
+
+def _empty() -> LoadResult:
+    from cronkeeper.spec.model import ScheduleSet
+
+    return LoadResult(ScheduleSet(()), [], [])
+
+
+def _with_relay_config(result: LoadResult, path: str, with_schedules: bool) -> LoadResult:
+    """The schedule files' result plus the relay config's diagnostics (SPEC §11)."""
+    import dataclasses
+
+    from cronkeeper.relay.config import check_against_schedules, load_relay_config
+
+    checked = load_relay_config(path)
+    found = list(checked.diagnostics)
+    if checked.config is not None and with_schedules:
+        found += check_against_schedules(checked.config, result.schedules.by_name(), path)
+    return dataclasses.replace(
+        result,
+        errors=result.errors + [d for d in found if d.severity == "error"],
+        warnings=result.warnings + [d for d in found if d.severity == "warning"],
+        files=(*result.files, path),
+        diagnostics=[*result.diagnostics, *found],
+    )

@@ -31,7 +31,7 @@ from cronkeeper.db.wake import wake
 COLUMNS = (
     "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task,"
     " o.payload::text AS payload_json, o.attempts, o.max_attempts, o.timeout_seconds,"
-    " o.backoff::text AS backoff_json, o.serial, o.owner"
+    " o.backoff::text AS backoff_json, o.serial, o.owner, o.run_after, o.created_at"
 )
 
 
@@ -52,6 +52,8 @@ class OutboxJob:
     backoff_json: str
     serial: bool
     owner: str | None = None
+    run_after: datetime | None = None
+    created_at: datetime | None = None
 
     @property
     def payload(self) -> Any:
@@ -74,17 +76,50 @@ def _jobs(rows: list[tuple]) -> list[OutboxJob]:
     return [OutboxJob(*row) for row in rows]
 
 
+# Routes (docs/relay.md): a relay claims only jobs one of its routes matches (``route_tasks`` and
+# ``route_schedules``: parallel arrays of anchored regexes, NULL matching anything); a worker
+# (``skip_routed``) never claims a job that a route registered in relay_routes matches.
 _FILTERS = """
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
       AND (%(schedules)s::text[] IS NULL OR schedule = ANY(%(schedules)s::text[]))
       AND NOT (task = ANY(%(exclude)s::text[]))
+      AND (%(route_tasks)s::text[] IS NULL OR EXISTS (
+            SELECT 1 FROM unnest(%(route_tasks)s::text[], %(route_schedules)s::text[]) AS r(t, s)
+            WHERE (r.t IS NULL OR task ~ r.t) AND (r.s IS NULL OR coalesce(schedule, '') ~ r.s)))
+      AND NOT (%(skip_routed)s AND EXISTS (
+            SELECT 1 FROM relay_routes r
+            WHERE (r.task_regex IS NULL OR task ~ r.task_regex)
+              AND (r.schedule_regex IS NULL OR coalesce(schedule, '') ~ r.schedule_regex)))
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The route filter of a relay's claim: parallel lists of anchored regexes (None: any)."""
+
+    tasks: tuple[str | None, ...]
+    schedules: tuple[str | None, ...]
+
+
+def _route_params(routes: Routes | None) -> dict[str, Any]:
+    """Claims by a relay (``routes``) take only routed jobs; claims by a worker skip them."""
+    if routes is None:
+        return {"route_tasks": None, "route_schedules": None, "skip_routed": True}
+    return {"route_tasks": list(routes.tasks), "route_schedules": list(routes.schedules),
+            "skip_routed": False}
+
+
+# A schedule is busy while one of its jobs runs, or was published by a relay and neither reported
+# finished by its target nor past its timeout since publication (SPEC §11).
+BUSY = """(state = 'running' OR (state = 'published' AND finished_at IS NULL
+            AND published_at + make_interval(secs => timeout_seconds) > now()))"""
 
 # The lease and the attempt row, for the jobs a ``picked`` CTE selected (both claims share it).
 _LEASE_PICKED = f"""), claimed AS (
     UPDATE outbox o
     SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
-        lease_expires_at = now() + make_interval(secs => o.timeout_seconds + %(margin)s)
+        lease_expires_at = now() + make_interval(
+            secs => coalesce(%(lease)s::float8, o.timeout_seconds + %(margin)s))
     FROM picked WHERE o.id = picked.id
     RETURNING {COLUMNS}
 ), recorded AS (
@@ -113,12 +148,17 @@ def outbox_claim(
     tasks: list[str] | None = None,
     schedules: list[str] | None = None,
     exclude_tasks: list[str] | None = None,
+    routes: Routes | None = None,
+    lease: float | None = None,
 ) -> list[OutboxJob]:
     """Claim up to ``limit`` due, non-serial jobs (FOR UPDATE SKIP LOCKED), counting an attempt
-    and recording it. The lease covers the job's timeout plus ``lease_margin`` seconds."""
+    and recording it. The lease covers the job's timeout plus ``lease_margin`` seconds, or
+    ``lease`` seconds when given (a relay's lease is its publish, not the job's run).
+    ``routes`` (a relay's) claims only jobs they match; without, routed jobs are skipped."""
     params = {
         "worker": worker_id, "limit": limit, "margin": lease_margin, "tasks": tasks,
-        "schedules": schedules, "exclude": exclude_tasks or [],
+        "schedules": schedules, "exclude": exclude_tasks or [], "lease": lease,
+        **_route_params(routes),
     }
     return _jobs(driver(conn).execute(_CLAIM, params, binary=True).fetchall())
 
@@ -155,9 +195,11 @@ def outbox_serial_candidates(
     tasks: list[str] | None = None,
     schedules: list[str] | None = None,
     exclude_tasks: list[str] | None = None,
+    routes: Routes | None = None,
 ) -> list[str]:
     """Schedules with a due serial job (the index outbox_available_serial keeps this cheap)."""
-    params = {"limit": limit, "tasks": tasks, "schedules": schedules, "exclude": exclude_tasks or []}
+    params = {"limit": limit, "tasks": tasks, "schedules": schedules,
+              "exclude": exclude_tasks or [], **_route_params(routes)}
     return [r[0] for r in driver(conn).execute(_SERIAL_CANDIDATES, params).fetchall()]
 
 
@@ -167,7 +209,7 @@ _CLAIM_SERIAL = f"""
 WITH picked AS (
     SELECT id FROM outbox
     WHERE schedule = %(schedule)s AND state = 'available' AND serial AND run_after <= now()
-      AND NOT EXISTS (SELECT 1 FROM outbox r WHERE r.schedule = %(schedule)s AND r.state = 'running')
+      AND NOT EXISTS (SELECT 1 FROM outbox r WHERE r.schedule = %(schedule)s AND {BUSY})
     ORDER BY run_after, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -176,9 +218,11 @@ WITH picked AS (
 
 
 def outbox_claim_serial(
-    conn: sa.Connection, *, schedule: str, lock_key: int, worker_id: str, lease_margin: float
+    conn: sa.Connection, *, schedule: str, lock_key: int, worker_id: str, lease_margin: float,
+    lease: float | None = None,
 ) -> OutboxJob | None:
-    """Claim the next job of a serial schedule unless one of its jobs is running.
+    """Claim the next job of a serial schedule unless one of its jobs is running (or published
+    and not known finished, within its timeout).
 
     Two statements in the caller's transaction: a transaction-level advisory lock on the
     schedule first, so the NOT EXISTS check that follows runs on a snapshot taken after every
@@ -187,7 +231,7 @@ def outbox_claim_serial(
     pg = driver(conn)
     if not pg.execute(_SERIAL_LOCK, {"key": lock_key}).fetchone()[0]:
         return None
-    params = {"schedule": schedule, "worker": worker_id, "margin": lease_margin}
+    params = {"schedule": schedule, "worker": worker_id, "margin": lease_margin, "lease": lease}
     rows = pg.execute(_CLAIM_SERIAL, params).fetchall()
     return _jobs(rows)[0] if rows else None
 

@@ -113,15 +113,21 @@ def controls_paused(conn: psycopg.Connection) -> set[str]:
 
 
 def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
-    """Schedules whose previous job is not finished: waiting, running, or waiting to retry."""
+    """Schedules whose previous job is not finished: waiting, running, or waiting to retry; or
+    published by a relay and neither reported finished nor past its timeout since publication
+    (SPEC §11). Two arms, so each is answered from its partial index."""
     if not schedules:
         return set()
     rows = conn.execute(
         """
         SELECT DISTINCT schedule FROM outbox
-        WHERE state IN ('available', 'running') AND schedule = ANY(%s::text[])
+        WHERE state IN ('available', 'running') AND schedule = ANY(%(s)s::text[])
+        UNION
+        SELECT DISTINCT schedule FROM outbox
+        WHERE state = 'published' AND finished_at IS NULL AND schedule = ANY(%(s)s::text[])
+          AND published_at + make_interval(secs => timeout_seconds) > now()
         """,
-        (list(schedules),),
+        {"s": list(schedules)},
     )
     return {r[0] for r in rows}
 

@@ -89,6 +89,10 @@ outbox = sa.Table(
     sa.Column("lease_expires_at", TS),
     sa.Column("last_error", sa.Text),
     sa.Column("finished_at", TS),
+    # migrations/0005_relay.sql: where a relay handed the job on
+    sa.Column("published_at", TS),
+    sa.Column("published_to", sa.Text),
+    sa.Column("target_id", sa.Text),
 )
 
 attempts = sa.Table(
@@ -108,6 +112,18 @@ effects = sa.Table(
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("job_key", sa.Text),
     sa.Column("created_at", TS, nullable=False),
+)
+
+relay_routes = sa.Table(
+    "relay_routes", metadata,
+    sa.Column("relay", sa.Text, primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("tasks", sa.ARRAY(sa.Text)),
+    sa.Column("schedules", sa.ARRAY(sa.Text)),
+    sa.Column("task_regex", sa.Text),
+    sa.Column("schedule_regex", sa.Text),
+    sa.Column("registered_at", TS, nullable=False),
 )
 
 schema_migrations = sa.Table(

@@ -1,7 +1,11 @@
 """The seam every relay target implements, and the target ids derived from idempotency keys.
 
 A target module exposes ``build(name: str, settings: Mapping[str, Any]) -> Target``, where
-``settings`` is the target's table from the relay config (``kind`` included). The relay calls
+``settings`` is the target's table from the relay config (``kind`` included), and may expose
+``check(settings) -> list[tuple[str, str]]`` ((key, message) problems, for ``cronkeeper validate
+--relay-config``; it must not import its queue library at module import). A target may set
+``reports_completion = False`` when ``status`` can only ever answer ``UNKNOWN`` (Celery without a
+result backend): the relay then does not poll it. The relay calls
 ``publish`` once per claimed job and ``status`` for published jobs whose schedule needs to know
 when they finished (overlap ``skip`` and ``serial``).
 
@@ -62,6 +66,12 @@ class PublishError(CronkeeperError):
 
 class PermanentPublishError(PublishError):
     """No retry can succeed (the target refuses the job as malformed): dead letter at once."""
+
+
+class TargetUnavailable(PublishError):
+    """The target cannot be reached at all (connection refused or lost): the relay counts the
+    attempt of the job that met it, hands the rest of its batch back without counting theirs,
+    and waits before it tries the target again (docs/relay.md, "A broker that is down")."""
 
 
 class Target(Protocol):

@@ -1,0 +1,391 @@
+"""The relay config file (SPEC §11): named targets and an ordered list of routes, read into frozen
+values with every problem reported at once as ``file:line: message`` (the schedule files' format).
+
+Pure: reads a file, imports no database or queue library. A target kind may check its own
+settings: its module (``cronkeeper.relay.targets.KIND``) may expose ``check(settings) ->
+list[tuple[key, message]]``; it must import its queue library lazily so validation stays light.
+
+Globs are ``fnmatch`` globs, matched case-sensitively; :func:`glob_regex` translates them into the
+anchored PostgreSQL regular expressions the claims match (one translation, tested against
+``fnmatchcase``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+import tomllib
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from cronkeeper.relay.targets import KINDS
+from cronkeeper.spec.diagnostics import Diagnostic, Severity
+from cronkeeper.spec.lines import LineIndex
+from cronkeeper.timing.durations import parse_duration
+from cronkeeper.timing.errors import TimingError
+
+TOP_KEYS = ("name", "lease", "batch_size", "poll_interval", "status_interval", "targets", "routes")
+ROUTE_KEYS = ("tasks", "schedules", "target", "queue", "options")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+MAX_LEASE = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetConfig:
+    name: str
+    kind: str
+    settings: tuple[tuple[str, Any], ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One ``[[routes]]`` entry. A job matches when its task matches one of ``tasks`` (if given)
+    and its schedule one of ``schedules`` (if given)."""
+
+    position: int
+    target: str
+    tasks: tuple[str, ...] | None
+    schedules: tuple[str, ...] | None
+    queue: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def matches(self, task: str, schedule: str | None) -> bool:
+        if self.tasks is not None and not any(fnmatchcase(task, g) for g in self.tasks):
+            return False
+        return self.schedules is None or any(fnmatchcase(schedule or "", g) for g in self.schedules)
+
+    @property
+    def task_regex(self) -> str | None:
+        return None if self.tasks is None else globs_regex(self.tasks)
+
+    @property
+    def schedule_regex(self) -> str | None:
+        return None if self.schedules is None else globs_regex(self.schedules)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    path: str
+    name: str
+    targets: tuple[TargetConfig, ...]
+    routes: tuple[Route, ...]
+    lease: float = 60.0
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    status_interval: float = 2.0
+
+    def route_for(self, task: str, schedule: str | None) -> Route | None:
+        """The first route that matches, or None (the job stays for ``cronkeeper worker``)."""
+        for route in self.routes:
+            if route.matches(task, schedule):
+                return route
+        return None
+
+    def target(self, name: str) -> TargetConfig:
+        return next(t for t in self.targets if t.name == name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResult:
+    config: RelayConfig | None
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
+
+
+# -- globs -------------------------------------------------------------------------------------
+
+_SPECIAL = set(r".^$*+?()[]{}|\-/")
+
+
+def glob_regex(glob: str) -> str:
+    """The body of a PostgreSQL ARE that matches what ``fnmatchcase(name, glob)`` matches."""
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        ch = glob[i]
+        i += 1
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[":
+            j = i
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            while j < n and glob[j] != "]":
+                j += 1
+            if j >= n:  # no closing bracket: a literal "[", as fnmatch reads it
+                out.append("\\[")
+                continue
+            body = glob[i:j]
+            i = j + 1
+            negate = body.startswith("!")
+            if negate:
+                body = body[1:]
+            out.append("[" + ("^" if negate else "") + _bracket(body) + "]")
+        else:
+            out.append("\\" + ch if ch in _SPECIAL else ch)
+    return "".join(out)
+
+
+def _bracket(body: str) -> str:
+    """A bracket expression's members: ranges stay ranges, ``\\``, ``[`` and ``^`` are escaped."""
+    out = []
+    for k, ch in enumerate(body):
+        if ch in "\\[" or (ch == "^" and k == 0):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def globs_regex(globs: tuple[str, ...]) -> str:
+    return "^(?:" + "|".join(glob_regex(g) for g in globs) + ")$"
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+class _Sections:
+    """Line numbers per table header of the file, ``[[routes]]`` entries told apart (the shared
+    :class:`LineIndex` records the first of each array entry only)."""
+
+    def __init__(self, text: str) -> None:
+        self.index = LineIndex(text)
+        self.routes: list[tuple[int, LineIndex]] = []
+        lines = text.split("\n")
+        starts = [k for k, raw in enumerate(lines) if re.match(r"\s*\[\[\s*routes\s*\]\]", raw)]
+        for pos, start in enumerate(starts):
+            end = len(lines)
+            for k in range(start + 1, len(lines)):
+                if re.match(r"\s*\[", lines[k]):
+                    end = k
+                    break
+            if pos + 1 < len(starts):
+                end = min(end, starts[pos + 1])
+            self.routes.append((start + 1, LineIndex("\n".join(lines[start + 1 : end]))))
+
+    def line(self, *path: str) -> int:
+        return self.index.line(*path)
+
+    def route_line(self, position: int, key: str | None = None) -> int:
+        if position >= len(self.routes):
+            return self.index.line("routes")
+        header, index = self.routes[position]
+        return header if key is None else header + index.line(key)
+
+
+class _Reader:
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.where = _Sections(text)
+        self.found: list[Diagnostic] = []
+
+    def error(self, line: int, message: str) -> None:
+        self.found.append(Diagnostic(self.path, line, None, message))
+
+    def warn(self, line: int, message: str) -> None:
+        self.found.append(Diagnostic(self.path, line, None, message, Severity.WARNING))
+
+    def unknown(self, line: int, where: str, key: str, known: tuple[str, ...]) -> None:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(known)})"
+        self.error(line, f"{where}unknown key '{key}'{hint}")
+
+    def duration(self, raw: dict, key: str, default: float) -> float:
+        if key not in raw:
+            return default
+        try:
+            value = parse_duration(raw[key])
+        except TimingError as exc:
+            self.error(self.where.line(key), f"{key}: {exc}")
+            return default
+        if value <= 0:
+            self.error(self.where.line(key), f"{key}: must be more than 0s")
+            return default
+        return value
+
+
+def load_relay_config(path: str) -> ConfigResult:
+    """Read and check a relay config; never raises for any file content."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return ConfigResult(None, (Diagnostic(path, 0, None, f"cannot read: {exc.strerror}"),))
+    try:
+        text = data.decode("utf-8")
+        raw = tomllib.loads(text)
+    except UnicodeDecodeError:
+        return ConfigResult(None, (Diagnostic(path, 0, None, "not UTF-8 text"),))
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+        return ConfigResult(None, (Diagnostic(path, line, None, f"TOML syntax: {exc}"),))
+    reader = _Reader(path, text)
+    config = _read(reader, raw)
+    errors = [d for d in reader.found if d.severity is Severity.ERROR]
+    return ConfigResult(None if errors else config, tuple(reader.found))
+
+
+def _line_from_message(message: str) -> int:
+    m = re.search(r"line (\d+)", message)
+    return int(m.group(1)) if m else 1
+
+
+def _read(r: _Reader, raw: dict[str, Any]) -> RelayConfig:
+    for key in raw:
+        if key not in TOP_KEYS:
+            r.unknown(r.where.line(key), "", key, TOP_KEYS)
+    name = raw.get("name", "default")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        r.error(r.where.line("name"), "name: expected a name like 'celery-relay' "
+                "([a-z0-9][a-z0-9._-]*, at most 128 characters)")
+        name = "default"
+    lease = r.duration(raw, "lease", 60.0)
+    if lease > MAX_LEASE:
+        r.error(r.where.line("lease"), f"lease: at most {MAX_LEASE:g}s (a relay's lease covers "
+                "one publish, not the job's run)")
+    batch = raw.get("batch_size", 100)
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= 10000:
+        r.error(r.where.line("batch_size"), "batch_size: expected an integer from 1 to 10000")
+        batch = 100
+    targets = _targets(r, raw.get("targets", {}))
+    routes = _routes(r, raw.get("routes", []), [t.name for t in targets])
+    used = {route.target for route in routes}
+    for target in targets:
+        if target.name not in used:
+            r.warn(r.where.line("targets", target.name), f"target '{target.name}': no route "
+                   "sends jobs to it")
+    if not routes and "routes" not in raw:
+        r.warn(1, "no [[routes]]: this relay publishes nothing (every job stays for "
+               "cronkeeper worker)")
+    return RelayConfig(
+        path=r.path, name=name, targets=tuple(targets), routes=tuple(routes), lease=lease,
+        batch_size=batch, poll_interval=r.duration(raw, "poll_interval", 1.0),
+        status_interval=r.duration(raw, "status_interval", 2.0),
+    )
+
+
+def _targets(r: _Reader, raw: Any) -> list[TargetConfig]:
+    if not isinstance(raw, dict):
+        r.error(r.where.line("targets"), "targets: expected tables like [targets.NAME]")
+        return []
+    found = []
+    for name, settings in raw.items():
+        line = r.where.line("targets", name)
+        if not isinstance(settings, dict):
+            r.error(line, f"target '{name}': expected a table [targets.{name}]")
+            continue
+        if not NAME_RE.fullmatch(name):
+            r.error(line, f"target '{name}': names are [a-z0-9][a-z0-9._-]*")
+        kind = settings.get("kind")
+        if kind is None:
+            r.error(line, f"target '{name}': missing key 'kind' (one of: {', '.join(KINDS)})")
+            continue
+        if kind not in KINDS:
+            close = difflib.get_close_matches(str(kind), list(KINDS), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (one of: {', '.join(KINDS)})"
+            r.error(r.where.line("targets", name, "kind"), f"target '{name}': unknown kind "
+                    f"'{kind}'{hint}")
+            continue
+        for key, message in _check_kind(kind, settings):
+            r.error(r.where.line("targets", name, key), f"target '{name}': {message}")
+        found.append(TargetConfig(name, kind, tuple(settings.items())))
+    return found
+
+
+def _check_kind(kind: str, settings: dict[str, Any]) -> list[tuple[str, str]]:
+    try:
+        module = importlib.import_module(KINDS[kind])
+    except ImportError:
+        return []  # the kind's module is not there (yet): its build() will say so at start
+    check = getattr(module, "check", None)
+    return list(check(settings)) if check is not None else []
+
+
+def _globs(r: _Reader, pos: int, route: dict, key: str) -> tuple[str, ...] | None:
+    if key not in route:
+        return None
+    value = route[key]
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(g, str) and g for g in value)):
+        r.error(r.where.route_line(pos, key), f"route {pos + 1}: {key}: expected a non-empty "
+                "list of glob strings, e.g. [\"billing.*\"]")
+        return None
+    return tuple(value)
+
+
+def _routes(r: _Reader, raw: Any, targets: list[str]) -> list[Route]:
+    if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
+        r.error(r.where.line("routes"), "routes: expected [[routes]] tables")
+        return []
+    found = []
+    for pos, route in enumerate(raw):
+        line = r.where.route_line(pos)
+        for key in route:
+            if key not in ROUTE_KEYS:
+                r.unknown(r.where.route_line(pos, key), f"route {pos + 1}: ", key, ROUTE_KEYS)
+        tasks = _globs(r, pos, route, "tasks")
+        schedules = _globs(r, pos, route, "schedules")
+        if "tasks" not in route and "schedules" not in route:
+            r.error(line, f"route {pos + 1}: give 'tasks' or 'schedules' globs (or both); a "
+                    "route that matches every job would take them all from cronkeeper worker: "
+                    "write tasks = [\"*\"] if that is meant")
+        target = route.get("target")
+        if target is None:
+            r.error(line, f"route {pos + 1}: missing key 'target'")
+            continue
+        if target not in targets:
+            close = difflib.get_close_matches(str(target), targets, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            r.error(r.where.route_line(pos, "target"), f"route {pos + 1}: no target named "
+                    f"'{target}'{hint}")
+            continue
+        queue = route.get("queue")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            r.error(r.where.route_line(pos, "queue"), f"route {pos + 1}: queue: expected a name")
+            queue = None
+        options = route.get("options", {})
+        if not isinstance(options, dict):
+            r.error(r.where.route_line(pos, "options"), f"route {pos + 1}: options: expected a "
+                    "table, e.g. { exchange = \"billing\", routing_key = \"invoices\" }")
+            options = {}
+        found.append(Route(pos, target, tasks, schedules, queue, tuple(options.items())))
+    return found
+
+
+def check_against_schedules(config: RelayConfig, specs: dict[str, Any], path: str) -> list[Diagnostic]:
+    """With schedule files given too: a route that would relay a ``command`` schedule is an error
+    (only ``cronkeeper worker`` runs commands, from its own schedule files); a route no schedule
+    matches is a warning (applications may still enqueue such jobs)."""
+    with open(path, encoding="utf-8") as fh:
+        where = _Sections(fh.read())
+    found = []
+    for route in config.routes:
+        hits = [s for s in specs.values() if route.matches(s.task_name, s.name)]
+        for spec in hits:
+            if getattr(spec, "command", None):
+                found.append(Diagnostic(path, where.route_line(route.position), spec.name,
+                                        f"route {route.position + 1} would relay this schedule, "
+                                        "but it runs a command: only cronkeeper worker runs "
+                                        "commands"))
+        if not hits:
+            found.append(Diagnostic(path, where.route_line(route.position), None,
+                                    f"route {route.position + 1}: matches no schedule in the "
+                                    "given files", Severity.WARNING))
+    return found
+

@@ -1,0 +1,321 @@
+"""The relay: claim routed jobs under a short lease, publish each to its target, then mark them
+``published`` (SPEC §11, docs/relay.md).
+
+One thread, in rounds:
+- register this relay's routes in ``relay_routes`` (workers' claims skip what they match);
+- reap expired leases (the statement workers use);
+- claim up to ``batch_size`` routed jobs with the workers' claim (``outbox_claim`` with the
+  relay's routes and a lease of ``lease`` seconds, not the job's timeout), plus serial jobs one
+  schedule at a time (``outbox_claim_serial``: not while the previous one runs or is published
+  and neither reported finished nor past its timeout);
+- publish each, in claim order, to the target of the first route that matches it; then, in one
+  statement per outcome, mark the published (fenced), fail the refused (backoff with full
+  jitter, dead letter after the job's attempts, at once when permanent), and hand back uncounted
+  the jobs of a target found unreachable (that target then rests, 0.5 s doubling to 30 s);
+- every ``status_interval``, ask targets that can tell about published jobs still inside their
+  timeout, and record ``succeeded`` / ``dead`` with ``finished_at``.
+
+At least once: the mark comes after the broker acknowledged. A relay that dies between the two
+leaves the job ``running`` until its lease expires; it is then claimed again and republished with
+the same target id (docs/relay.md says what consumers do about it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+from dataclasses import dataclass
+
+from cronkeeper import clock, metrics
+from cronkeeper.backoff import retry_delay
+from cronkeeper.db import outbox as db
+from cronkeeper.db import relay as db_relay
+from cronkeeper.db.engine import Engine, advisory_key
+from cronkeeper.errors import DatabaseError
+from cronkeeper.relay.config import RelayConfig, Route
+from cronkeeper.relay.targets.base import (
+    Completion,
+    Delivery,
+    PermanentPublishError,
+    PublishError,
+    RelayJob,
+    Target,
+    TargetUnavailable,
+)
+from cronkeeper.worker.runtime import Backoff, Database
+
+log = logging.getLogger("cronkeeper.relay")
+
+# Test-only: SIGKILL this process right after the Nth successful publish, before its mark (the
+# crash window the docs describe). Read once; never set outside the test suite.
+_KILL_AFTER_PUBLISH = int(os.environ.get("CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH", "0") or 0)
+_STATUS_BATCH = 500  # most published jobs asked about per status round
+
+
+@dataclass
+class _Outcome:
+    published: list[tuple[db.OutboxJob, str, str, float]]  # job, target, target id, ack (mono)
+    failed: list[db.Failure]
+    deferred: list[tuple[db.OutboxJob, float, str]]  # job, delay, reason
+
+
+class Relay:
+    def __init__(self, engine: Engine, config: RelayConfig, targets: dict[str, Target], *,
+                 relay_id: str, schema: str = "cronkeeper") -> None:
+        self.config = config
+        self.targets = targets
+        self.relay_id = relay_id
+        self.schema = schema
+        self.db = Database(engine)
+        self.routes = db.Routes(
+            tasks=tuple(r.task_regex for r in config.routes),
+            schedules=tuple(r.schedule_regex for r in config.routes),
+        )
+        self._stopping = threading.Event()
+        self._rest_until: dict[str, float] = {}
+        self._rest = {name: Backoff() for name in targets}
+        self.rand = random.Random()
+        self.published = 0
+        self.stats = {"claimed": 0, "published": 0, "failed": 0, "deferred": 0, "finished": 0}
+        self.registered = threading.Event()
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # -- main loop -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        cfg = self.config
+        self._register_until_up()
+        log.info("relay started: relay=%s config=%s targets=%s", self.relay_id, cfg.name,
+                 ",".join(self.targets), extra={"action": "relay_started"})
+        backoff = Backoff()
+        next_reap = next_status = next_serial = 0.0
+        while not self._stopping.is_set():
+            try:
+                now = clock.monotonic()
+                if now >= next_reap:
+                    self._reap()
+                    next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
+                claimed = self._round()
+                if now >= next_serial:
+                    next_serial = now + min(cfg.poll_interval, 1.0)
+                    claimed += self._serial_round()
+                if now >= next_status:
+                    next_status = now + cfg.status_interval
+                    self._poll_completions()
+                backoff.reset()
+            except DatabaseError:
+                self._stopping.wait(backoff.next())
+                continue
+            if claimed < cfg.batch_size:
+                self._stopping.wait(cfg.poll_interval)
+        for target in self.targets.values():
+            try:
+                target.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not hide the stop
+                log.warning("target close failed: target=%s error=%s", target.name, exc,
+                            extra={"action": "target_close_failed"})
+        self.db.close_kept()
+        log.info("relay stopped: relay=%s stats=%s", self.relay_id, self.stats,
+                 extra={"action": "relay_stopped"})
+        return 0
+
+    def _register_until_up(self) -> None:
+        rows = [
+            db_relay.RouteRow(r.position, r.target, list(r.tasks) if r.tasks else None,
+                              list(r.schedules) if r.schedules else None, r.task_regex,
+                              r.schedule_regex)
+            for r in self.config.routes
+        ]
+        backoff = Backoff()
+        while not self._stopping.is_set():
+            try:
+                with self.db.transaction("registering the relay's routes") as conn:
+                    db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
+                self.registered.set()
+                return
+            except DatabaseError:
+                self._stopping.wait(backoff.next())
+
+    def _reap(self) -> None:
+        with self.db.statement("reaping expired leases") as conn:
+            n = db.outbox_reap_expired(conn)
+        if n:
+            log.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
+
+    def _resting(self) -> list[str]:
+        now = clock.monotonic()
+        return [name for name, until in self._rest_until.items() if until > now]
+
+    def _round(self) -> int:
+        cfg = self.config
+        if self.routes.tasks == () or len(self._resting()) == len(self.targets):
+            return 0
+        with self.db.statement("claiming jobs") as conn:
+            jobs = db.outbox_claim(
+                conn, worker_id=self.relay_id, limit=cfg.batch_size, lease_margin=0.0,
+                exclude_tasks=["command"], routes=self.routes, lease=cfg.lease,
+            )
+        if jobs:
+            self._publish_and_record(jobs)
+        return len(jobs)
+
+    def _serial_round(self) -> int:
+        if not self.config.routes:
+            return 0
+        with self.db.transaction("finding serial jobs") as conn:
+            names = db.outbox_serial_candidates(conn, limit=self.config.batch_size,
+                                                exclude_tasks=["command"], routes=self.routes)
+        claimed = 0
+        for name in names:
+            key = advisory_key(f"cronkeeper-serial:{self.schema}:{name}")
+            with self.db.transaction("claiming a serial job") as conn:
+                job = db.outbox_claim_serial(conn, schedule=name, lock_key=key,
+                                             worker_id=self.relay_id, lease_margin=0.0,
+                                             lease=self.config.lease)
+            if job is not None:
+                claimed += 1
+                self._publish_and_record([job])
+        return claimed
+
+    # -- publish ---------------------------------------------------------------------------
+
+    def _publish_and_record(self, jobs: list[db.OutboxJob]) -> None:
+        self.stats["claimed"] += len(jobs)
+        outcome = self._publish(jobs)
+        self._record(outcome)
+
+    def _publish(self, jobs: list[db.OutboxJob]) -> _Outcome:
+        out = _Outcome([], [], [])
+        m = metrics.current()
+        for job in jobs:
+            route = self.config.route_for(job.task, job.schedule)
+            if route is None:  # the regex and the glob disagree: a bug, never a lost job
+                out.deferred.append((job, self.config.poll_interval, "no route matches (relay)"))
+                continue
+            target = self.targets[route.target]
+            resting = self._rest_until.get(route.target, 0.0) - clock.monotonic()
+            if resting > 0:
+                out.deferred.append((job, resting, f"target {route.target} unreachable"))
+                continue
+            try:
+                target_id = target.publish(_relay_job(job), _delivery(route))
+            except PublishError as exc:
+                m.relay_failed(route.target)
+                out.failed.append(self._failure(job, exc))
+                log.warning("publish failed: job=%d key=%s attempt=%d target=%s error=%s", job.id,
+                            job.key, job.attempt, route.target, exc,
+                            extra={"action": "publish_failed"})
+                if isinstance(exc, TargetUnavailable):
+                    delay = self._rest[route.target].next()
+                    self._rest_until[route.target] = clock.monotonic() + delay
+                continue
+            except Exception as exc:  # noqa: BLE001 - a target bug must not lose the batch
+                m.relay_failed(route.target)
+                out.failed.append(self._failure(job, PublishError(f"{type(exc).__name__}: {exc}")))
+                continue
+            self._rest[route.target].reset()
+            self._rest_until.pop(route.target, None)
+            out.published.append((job, route.target, target_id, clock.monotonic()))
+            self.published += 1
+            if _KILL_AFTER_PUBLISH and self.published >= _KILL_AFTER_PUBLISH:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    def _failure(self, job: db.OutboxJob, exc: PublishError) -> db.Failure:
+        error = f"publish: {exc}"
+        if isinstance(exc, PermanentPublishError) or job.attempt >= job.max_attempts:
+            return db.Failure(job.id, job.attempt, "dead", 0.0, error, "dead")
+        b = job.backoff
+        delay = retry_delay(job.attempt, float(b.get("base", 30)), float(b.get("factor", 2)),
+                            float(b.get("max", 3600)), self.rand.random())
+        return db.Failure(job.id, job.attempt, "available", delay, error, "retry")
+
+    def _record(self, out: _Outcome) -> None:
+        """Write the round's outcomes; retried while the leases last (after that the jobs are
+        claimable again, and republished with the same ids: at least once)."""
+        deadline = clock.monotonic() + self.config.lease / 2
+        backoff = Backoff(first=0.2, cap=5.0)
+        while True:
+            try:
+                self._write(out)
+                return
+            except DatabaseError:
+                if clock.monotonic() + backoff.current > deadline or self._stopping.is_set():
+                    log.error("outcomes not recorded: published=%d failed=%d: the jobs will be "
+                              "claimed again when their leases expire", len(out.published),
+                              len(out.failed), extra={"action": "outcomes_not_recorded"})
+                    return
+                self._stopping.wait(backoff.next())
+
+    def _write(self, out: _Outcome) -> None:
+        m = metrics.current()
+        if out.published:
+            jobs = [p[0] for p in out.published]
+            with self.db.statement("marking jobs published") as conn:
+                marked_at = clock.monotonic()
+                due = db_relay.outbox_mark_published(
+                    conn, relay_id=self.relay_id, ids=[j.id for j in jobs],
+                    attempts=[j.attempt for j in jobs], targets=[p[1] for p in out.published],
+                    target_ids=[p[2] for p in out.published],
+                )
+            for job, target, _tid, acked in out.published:
+                if job.id in due:
+                    m.relay_published_one(target, due[job.id] - (marked_at - acked))
+                else:
+                    log.warning("lease lost before the mark: job=%d key=%s attempt=%d", job.id,
+                                job.key, job.attempt, extra={"action": "lease_lost"})
+            self.stats["published"] += len(due)
+            out.published = []
+        if out.failed:
+            with self.db.statement("recording failed publishes") as conn:
+                db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed)
+            self.stats["failed"] += len(out.failed)
+            out.failed = []
+        while out.deferred:
+            job, delay, reason = out.deferred[0]
+            with self.db.statement("handing jobs back") as conn:
+                db.outbox_defer(conn, worker_id=self.relay_id, job_id=job.id,
+                                attempt=job.attempt, delay=delay, reason=reason)
+            self.stats["deferred"] += 1
+            out.deferred.pop(0)
+
+    # -- completion --------------------------------------------------------------------------
+
+    def _poll_completions(self) -> None:
+        asking = [name for name, t in self.targets.items()
+                  if getattr(t, "reports_completion", True)]
+        if not asking:
+            return
+        with self.db.statement("reading published jobs") as conn:
+            open_jobs = db_relay.outbox_published_open(conn, targets=asking,
+                                                       limit=_STATUS_BATCH)
+        ids, states = [], []
+        for job in open_jobs:
+            state = self.targets[job.target].status(job.target_id)
+            if state is Completion.SUCCEEDED:
+                ids.append(job.id)
+                states.append("succeeded")
+            elif state is Completion.FAILED:
+                ids.append(job.id)
+                states.append("dead")
+        if ids:
+            with self.db.statement("recording completions") as conn:
+                n = db_relay.outbox_published_finish(conn, ids=ids, states=states)
+            self.stats["finished"] += n
+
+
+def _relay_job(job: db.OutboxJob) -> RelayJob:
+    return RelayJob(
+        id=job.id, key=job.key, schedule=job.schedule, scheduled_for=job.scheduled_for,
+        task=job.task, payload=job.payload, attempt=job.attempt, max_attempts=job.max_attempts,
+        timeout=job.timeout, run_after=job.run_after, created_at=job.created_at,  # type: ignore[arg-type]
+    )
+
+
+def _delivery(route: Route) -> Delivery:
+    return Delivery(queue=route.queue, options=route.options)

@@ -1,0 +1,228 @@
+"""The Celery target: ``send_task`` through the team's own app (``app = "module:attr"``) or a
+``broker`` URL, so the team's unchanged Celery workers run the jobs (docs/celery.md).
+
+- task name = the job's task, kwargs = the payload, task id = the idempotency key verbatim
+  (:func:`celery_task_id`), headers ``idempotency_key``, ``cronkeeper_schedule`` and
+  ``cronkeeper_scheduled_for``; queue from the route, else the app's default.
+- On AMQP (RabbitMQ) publisher confirms are on (py-amqp waits for each ``basic.ack``; a
+  ``basic.nack`` raises) and messages are ``mandatory``: RabbitMQ answers an unroutable message
+  with ``basic.return`` *and then* ``basic.ack``, so confirms alone would call it delivered. A
+  return handler on our own producer records it while the confirm is awaited, and the publish
+  fails. A confirm timeout is ambiguous (the broker may hold the message): the connection is
+  dropped (a late ack must not be read as the next message's) and the job retried with the same
+  task id.
+- Redis broker: the write itself is the acknowledgement; no confirms, no ``mandatory``.
+- ``status``: ``AsyncResult`` when the app has a result backend, else ``UNKNOWN`` (and
+  ``reports_completion`` is False, so the relay does not poll).
+
+The queue library is imported when a target is built, never at module import (``check`` runs in
+``cronkeeper validate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import socket
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from cronkeeper.relay.targets.base import (
+    Completion,
+    Delivery,
+    PermanentPublishError,
+    PublishError,
+    RelayJob,
+    TargetUnavailable,
+    celery_task_id,
+)
+from cronkeeper.timing.durations import parse_duration
+from cronkeeper.timing.errors import TimingError
+
+KEYS = ("kind", "broker", "app", "backend", "confirm_timeout", "connect_timeout")
+
+
+def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Problems with a ``kind = "celery"`` target's settings, as (key, message)."""
+    import difflib
+
+    found = []
+    for key in settings:
+        if key not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(KEYS)})"
+            found.append((key, f"unknown key '{key}'{hint}"))
+    has_broker, has_app = "broker" in settings, "app" in settings
+    if has_broker == has_app:
+        found.append(("kind", "give exactly one of 'broker' (a URL) or 'app' (\"module:attr\", "
+                      "the team's Celery app)"))
+    if has_app:
+        app = settings["app"]
+        if not isinstance(app, str) or app.count(":") != 1 or not all(app.split(":")):
+            found.append(("app", "app: expected \"package.module:attribute\""))
+        if "backend" in settings:
+            found.append(("backend", "backend: the app's own result backend is used with 'app'"))
+    if has_broker and not (isinstance(settings["broker"], str) and "://" in settings["broker"]):
+        found.append(("broker", "broker: expected a URL such as amqp://user:pass@host:5672// "
+                      "or redis://host:6379/0"))
+    if "backend" in settings and not isinstance(settings["backend"], str):
+        found.append(("backend", "backend: expected a URL such as redis://host:6379/1"))
+    for key in ("confirm_timeout", "connect_timeout"):
+        if key in settings:
+            try:
+                if parse_duration(settings[key]) <= 0:
+                    found.append((key, f"{key}: must be more than 0s"))
+            except TimingError as exc:
+                found.append((key, f"{key}: {exc}"))
+    return found
+
+
+def build(name: str, settings: Mapping[str, Any]) -> CeleryTarget:
+    problems = check(settings)
+    if problems:
+        raise PermanentPublishError(f"target {name}: " + "; ".join(m for _, m in problems))
+    try:
+        import celery
+    except ImportError as exc:
+        raise PermanentPublishError(
+            f"target {name}: Celery is not installed (pip install 'cronkeeper[celery]')"
+        ) from exc
+    if "app" in settings:
+        module_name, attr = settings["app"].split(":")
+        try:
+            app = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:  # noqa: BLE001 - any import failure is the operator's to fix
+            raise PermanentPublishError(
+                f"target {name}: cannot load app {settings['app']!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        app = celery.Celery(f"cronkeeper-relay-{name}", broker=settings["broker"],
+                            backend=settings.get("backend"), set_as_current=False)
+    return CeleryTarget(
+        name, app,
+        confirm_timeout=parse_duration(settings.get("confirm_timeout", "10s")),
+        connect_timeout=parse_duration(settings.get("connect_timeout", "5s")),
+    )
+
+
+class CeleryTarget:
+    def __init__(self, name: str, app: Any, *, confirm_timeout: float = 10.0,
+                 connect_timeout: float = 5.0) -> None:
+        from celery.backends.base import DisabledBackend
+
+        self.name = name
+        self.app = app
+        self.confirm_timeout = confirm_timeout
+        self.connect_timeout = connect_timeout
+        self.reports_completion = not isinstance(app.backend, DisabledBackend)
+        self._connection: Any = None
+        self._producer: Any = None
+        self._amqp = False
+        self._returned: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _open(self) -> Any:
+        if self._producer is not None:
+            return self._producer
+        from kombu import Producer
+
+        conn = self.app.connection_for_write(
+            transport_options={"confirm_publish": True},
+            connect_timeout=self.connect_timeout,
+        )
+        try:
+            conn.ensure_connection(max_retries=1, timeout=self.connect_timeout)
+        except Exception as exc:  # noqa: BLE001 - kombu raises several kinds here
+            _close(conn)
+            raise TargetUnavailable(f"{self.name}: broker unreachable: {_describe(exc)}") from exc
+        self._amqp = conn.transport.driver_type == "amqp"
+        self._connection = conn
+        self._producer = Producer(conn.default_channel, on_return=self._on_return)
+        return self._producer
+
+    def _drop(self) -> None:
+        conn, self._connection, self._producer = self._connection, None, None
+        if conn is not None:
+            _close(conn)
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
+        """basic.return for a mandatory message nobody could route: remember it by task id."""
+        task_id = (getattr(message, "headers", None) or {}).get("id") or \
+            (getattr(message, "properties", None) or {}).get("correlation_id")
+        if task_id:
+            self._returned[task_id] = (f"unroutable: exchange={exchange!r} "
+                                       f"routing_key={routing_key!r}: {exc}")
+
+    # -- the seam -----------------------------------------------------------------------------
+
+    def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        task_id = celery_task_id(job.key)
+        options = dict(delivery.options)
+        headers = {
+            "idempotency_key": job.key,
+            "cronkeeper_schedule": job.schedule,
+            "cronkeeper_scheduled_for": (
+                job.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ") if job.scheduled_for else None
+            ),
+        }
+        with self._lock:
+            producer = self._open()
+            extra = {"mandatory": True, "confirm_timeout": self.confirm_timeout} if self._amqp else {}
+            self._returned.pop(task_id, None)
+            try:
+                self.app.send_task(
+                    job.task, kwargs=job.payload, task_id=task_id, headers=headers,
+                    queue=delivery.queue, producer=producer, retry=False, **extra, **options,
+                )
+            except Exception as exc:  # noqa: BLE001 - classified below, never swallowed
+                self._drop()
+                raise _classify(self.name, exc) from exc
+            returned = self._returned.pop(task_id, None)
+        if returned is not None:
+            raise PublishError(f"{self.name}: {returned}")
+        return task_id
+
+    def status(self, target_id: str) -> Completion:
+        if not self.reports_completion:
+            return Completion.UNKNOWN
+        try:
+            state = self.app.AsyncResult(target_id).state
+        except Exception:  # noqa: BLE001 - the result backend is down: ask again later
+            return Completion.UNKNOWN
+        if state == "SUCCESS":
+            return Completion.SUCCEEDED
+        if state in ("FAILURE", "REVOKED"):
+            return Completion.FAILED
+        return Completion.PENDING  # PENDING (also: unknown id), RECEIVED, STARTED, RETRY
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
+def _classify(name: str, exc: Exception) -> PublishError:
+    from amqp.exceptions import ChannelError, MessageNacked
+
+    text = _describe(exc)
+    if isinstance(exc, MessageNacked):
+        return PublishError(f"{name}: the broker refused the message (basic.nack): {text}")
+    if isinstance(exc, ChannelError):  # this message's fault (no such exchange...), not the broker's
+        return PublishError(f"{name}: the broker refused the message: {text}")
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return PublishError(f"{name}: no publisher confirm within the timeout (ambiguous: "
+                            f"retried with the same task id): {text}")
+    if isinstance(exc, TypeError | ValueError):
+        return PublishError(f"{name}: the message could not be built: {text}")
+    return TargetUnavailable(f"{name}: broker connection failed: {text}")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _close(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # closing a broken connection may fail too
+        conn.release()

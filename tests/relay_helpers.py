@@ -1,0 +1,142 @@
+"""Helpers for the relay tests: configs, a relay in a thread or a process, the shared RabbitMQ
+(a queue of each test's own, deleted afterwards) and a private Redis when one must go away."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+AMQP_URL = os.environ.get("CRONKEEPER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+REDIS_URL = os.environ.get("CRONKEEPER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+HERE = Path(__file__).parent
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def write_config(tmp_path: Path, body: str, name: str = "relay.toml") -> str:
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def celery_config(broker: str, *, queue: str, tasks: str = '["billing.*"]', extra: str = "",
+                  target_extra: str = "", name: str | None = None) -> str:
+    return f"""
+name = "{name or unique('relay')}"
+lease = "5s"
+poll_interval = "0.05s"
+status_interval = "0.2s"
+{extra}
+
+[targets.celery-main]
+kind = "celery"
+broker = "{broker}"
+{target_extra}
+
+[[routes]]
+tasks = {tasks}
+target = "celery-main"
+queue = "{queue}"
+"""
+
+
+class RelayThread:
+    """An in-process relay (same code as ``cronkeeper relay``), stopped at teardown."""
+
+    def __init__(self, engine, schema: str, config_path: str, relay_id: str | None = None) -> None:
+        from cronkeeper.cli.relay import build_targets, load_config
+        from cronkeeper.relay.loop import Relay
+
+        config = load_config(config_path)
+        self.relay = Relay(engine, config, build_targets(config),
+                           relay_id=relay_id or unique("relay"), schema=schema)
+        self.thread = threading.Thread(target=self.relay.run, daemon=True)
+
+    def __enter__(self) -> RelayThread:
+        self.thread.start()
+        assert self.relay.registered.wait(30), "the relay did not register its routes"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.relay.stop()
+        self.thread.join(30)
+
+
+def spawn_relay(database_url: str, schema: str, config_path: str, *, env: dict | None = None,
+                relay_id: str | None = None) -> subprocess.Popen:
+    """A real ``cronkeeper relay`` process."""
+    from handlers_for_tests import cronkeeper_exe
+
+    full_env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                **(env or {})}
+    argv = [cronkeeper_exe(), "relay", "--database-url", database_url, "--schema", schema,
+            "--config", config_path, "--metrics-address", "off", "--log-level", "info",
+            "--instance-id", relay_id or unique("relay")]
+    return subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 20) -> str:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    out, err = proc.communicate()
+    return (out or "") + (err or "")
+
+
+def drain_amqp(queue: str, *, expect: int, timeout: float = 30.0) -> list[tuple[dict, object]]:
+    """Consume (and ack) messages from a RabbitMQ queue until ``expect`` arrived or the
+    timeout; returns (headers, decoded body) of each."""
+    from kombu import Connection
+
+    got: list[tuple[dict, object]] = []
+    deadline = time.monotonic() + timeout
+    with Connection(AMQP_URL) as conn:
+        q = conn.SimpleQueue(queue)
+        try:
+            while len(got) < expect and time.monotonic() < deadline:
+                try:
+                    msg = q.get(block=True, timeout=0.5)
+                except q.Empty:
+                    continue
+                got.append((dict(msg.headers), msg.decode()))
+                msg.ack()
+            # anything beyond the expected count is a duplicate the test must see
+            while True:
+                try:
+                    msg = q.get(block=True, timeout=0.3)
+                except q.Empty:
+                    break
+                got.append((dict(msg.headers), msg.decode()))
+                msg.ack()
+        finally:
+            q.close()
+    return got
+
+
+def delete_amqp_queue(queue: str) -> None:
+    from kombu import Connection, Queue
+
+    try:
+        with Connection(AMQP_URL) as conn:
+            Queue(queue, channel=conn.default_channel).delete()
+    except Exception:  # noqa: BLE001 - cleanup only
+        pass
+
+
+def put(engine, schema: str, task: str, payload: dict, *, key: str, **kwargs) -> int | None:
+    """One job, committed (cronkeeper.enqueue in its own transaction)."""
+    import cronkeeper
+
+    with engine.begin() as conn:
+        return cronkeeper.enqueue(conn, task, payload, key=key, schema=schema, **kwargs)

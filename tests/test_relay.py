@@ -1,0 +1,111 @@
+"""cronkeeper relay against the real things: PostgreSQL, RabbitMQ (a queue of each test's own).
+
+What a wrong relay would break: routed jobs reach the broker once each with the key as task id
+and are marked published; unrouted jobs stay for workers, whose claim skips routed ones; refused
+publishes retry with backoff and then dead-letter; two relays never publish one job twice."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import scalar
+from handlers_for_tests import wait_until
+from relay_helpers import (
+    AMQP_URL,
+    RelayThread,
+    celery_config,
+    delete_amqp_queue,
+    drain_amqp,
+    put,
+    unique,
+    write_config,
+)
+
+from cronkeeper.db import outbox as db
+
+
+@pytest.fixture
+def queue():
+    name = unique("ck-relay-test")
+    yield name
+    delete_amqp_queue(name)
+
+
+def _states(engine) -> dict[str, str]:
+    import sqlalchemy as sa
+
+    with engine.connect() as conn:
+        return dict(conn.execute(sa.text("SELECT idempotency_key, state FROM outbox")).all())
+
+
+def test_routed_jobs_are_published_once_and_unrouted_stay_for_workers(engine, schema, queue, tmp_path):
+    keys = [f"billing-{i}@2026-01-01T00:00:0{i}Z" for i in range(5)]
+    for key in keys:
+        put(engine, schema, "billing.send_invoice", {"invoice": key}, key=key)
+    put(engine, schema, "reports.build", {}, key="reports@1")
+    config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue))
+    with RelayThread(engine, schema, config):
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published'") == 5,
+                   message="five published")
+        # the worker's claim (no routes) skips routed jobs and takes the rest
+        with engine.connect() as conn:
+            claimed = db.outbox_claim(conn, worker_id="w", limit=100, lease_margin=5)
+            conn.commit()
+        assert [j.key for j in claimed] == ["reports@1"]
+    messages = drain_amqp(queue, expect=5)
+    assert sorted(h["id"] for h, _ in messages) == sorted(keys)  # the key is the task id, once each
+    for headers, body in messages:
+        assert headers["task"] == "billing.send_invoice"
+        assert headers["idempotency_key"] == headers["id"]
+        args, kwargs, _embed = body
+        assert args == [] and kwargs == {"invoice": headers["id"]}
+    rows = scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published' AND "
+                  "published_to = 'celery-main' AND target_id = idempotency_key AND "
+                  "published_at IS NOT NULL AND finished_at IS NULL")
+    assert rows == 5
+    outcomes = scalar(engine, "SELECT string_agg(DISTINCT outcome, ',') FROM attempts a "
+                      "JOIN outbox o ON o.id = a.job_id WHERE o.state = 'published'")
+    assert outcomes == "published"
+
+
+def test_unroutable_message_is_a_failed_publish_that_retries_then_dead_letters(engine, schema, tmp_path):
+    key = "billing@2026-01-01T00:00:00Z"
+    put(engine, schema, "billing.x", {}, key=key, max_attempts=2,
+            backoff={"base": 0.1, "factor": 1, "max": 0.1})
+    body = f"""
+name = "{unique('relay')}"
+lease = "5s"
+poll_interval = "0.05s"
+
+[targets.celery-main]
+kind = "celery"
+broker = "{AMQP_URL}"
+
+[[routes]]
+tasks = ["billing.*"]
+target = "celery-main"
+options = {{ exchange = "amq.direct", routing_key = "{unique('nobody')}" }}
+"""
+    with RelayThread(engine, schema, write_config(tmp_path, body)):
+        wait_until(lambda: _states(engine)[key] == "dead", message="dead letter")
+    errors = scalar(engine, "SELECT string_agg(outcome || ':' || error, ' | ' ORDER BY attempt) "
+                    "FROM attempts")
+    assert errors.count("NO_ROUTE") == 2, errors
+    assert errors.startswith("retry:") and " | dead:" in errors
+    assert scalar(engine, "SELECT attempts FROM outbox") == 2
+
+
+def test_two_relays_racing_never_publish_one_job_twice(engine, schema, queue, tmp_path):
+    n = 300
+    for i in range(n):
+        put(engine, schema, "billing.y", {"i": i}, key=f"race-{i}")
+    config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue))
+    with RelayThread(engine, schema, config, relay_id="relay-a"), \
+            RelayThread(engine, schema, config, relay_id="relay-b"):
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published'") == n,
+                   timeout=60, message="all published")
+    messages = drain_amqp(queue, expect=n)
+    ids = [h["id"] for h, _ in messages]
+    assert len(ids) == n and len(set(ids)) == n
+    by = scalar(engine, "SELECT count(DISTINCT worker_id) FROM attempts")
+    assert by >= 1
+    assert scalar(engine, "SELECT count(*) FROM attempts") == n  # one attempt each, no re-claims

@@ -26,10 +26,10 @@ def write_config(tmp_path: Path, body: str, name: str = "relay.toml") -> str:
 
 
 def celery_config(broker: str, *, queue: str, tasks: str = '["billing.*"]', extra: str = "",
-                  target_extra: str = "", name: str | None = None) -> str:
+                  target_extra: str = "", name: str | None = None, lease: str = "5s") -> str:
     return f"""
 name = "{name or unique('relay')}"
-lease = "5s"
+lease = "{lease}"
 poll_interval = "0.05s"
 status_interval = "0.2s"
 {extra}
@@ -140,3 +140,42 @@ def put(engine, schema: str, task: str, payload: dict, *, key: str, **kwargs) ->
 
     with engine.begin() as conn:
         return cronkeeper.enqueue(conn, task, payload, key=key, schema=schema, **kwargs)
+
+
+CELERY_TABLES = """
+CREATE TABLE celery_deliveries (n serial PRIMARY KEY, task_id text, key_header text,
+    schedule_header text, scheduled_for_header text, started_at timestamptz, finished_at timestamptz);
+CREATE TABLE task_effects (key text PRIMARY KEY);
+CREATE TABLE invoices_sent (key text PRIMARY KEY, payload jsonb);
+"""
+
+
+def create_celery_tables(engine) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(CELERY_TABLES)
+
+
+def spawn_celery_worker(database_url: str, schema: str, queue: str, *, broker: str = AMQP_URL,
+                        backend: str | None = None, env: dict | None = None) -> subprocess.Popen:
+    """A real ``celery worker`` process (solo pool) running tests/celery_app_for_tests.py."""
+    import sys
+
+    full_env = {**os.environ, **celery_env(database_url, schema, queue, broker=broker,
+                                           backend=backend), **(env or {})}
+    argv = [sys.executable, "-m", "celery", "-A", "celery_app_for_tests", "worker", "-Q", queue,
+            "-P", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "-l", "WARNING", "-n", f"{queue}@%h"]
+    return subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, cwd=str(HERE))
+
+
+def celery_env(database_url: str, schema: str, queue: str, *, broker: str = AMQP_URL,
+               backend: str | None = None) -> dict[str, str]:
+    """What tests/celery_app_for_tests.py reads (for the worker, and a relay loading the app)."""
+    from conftest import libpq_url
+
+    return {
+        "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "CK_TEST_BROKER": broker, "CK_TEST_BACKEND": backend or "", "CK_TEST_QUEUE": queue,
+        "CK_TEST_DB_URL": libpq_url(database_url), "CK_TEST_SCHEMA": schema,
+    }

@@ -93,6 +93,12 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
         err = f": {safe(a['error'])}" if a["error"] else ""
         click.echo(f"attempt {a['attempt']}: {a['outcome'] or 'running'} by {safe(a['worker_id'])} "
                    f"{a['started_at']} .. {a['finished_at'] or '-'}{err}")
+    if e and e.get("published_at"):
+        outcome = {"published": "outcome not reported yet (or the target cannot tell)",
+                   "succeeded": f"the target reported it succeeded at {e['finished_at']}",
+                   "dead": f"the target reported it failed at {e['finished_at']}"}.get(e["state"], "")
+        click.echo(f"publication: to {safe(e['published_to'])} as {safe(e['target_id'])} at "
+                   f"{e['published_at']}; {outcome}")
     final = result["final_state"]
     extra = f" - {safe(e['last_error'])}" if e and e.get("last_error") else ""
     click.echo(f"final state: {final}{extra}")

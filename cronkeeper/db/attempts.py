@@ -117,7 +117,7 @@ def attempts_archive(conn: sa.Connection, ids: list[int]) -> None:
 _JOB_BY_KEY = """
 SELECT id, idempotency_key, schedule, scheduled_for, version_id, task, payload, state, attempts,
        max_attempts, run_after, created_at, timeout_seconds, backoff, serial, owner, leased_by,
-       lease_expires_at, last_error, finished_at
+       lease_expires_at, last_error, finished_at, published_at, published_to, target_id
 FROM outbox WHERE idempotency_key = %(key)s
 """
 

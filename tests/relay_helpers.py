@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import threading
@@ -179,3 +180,80 @@ def celery_env(database_url: str, schema: str, queue: str, *, broker: str = AMQP
         "CK_TEST_BROKER": broker, "CK_TEST_BACKEND": backend or "", "CK_TEST_QUEUE": queue,
         "CK_TEST_DB_URL": libpq_url(database_url), "CK_TEST_SCHEMA": schema,
     }
+
+
+class TcpProxy:
+    """A loopback TCP proxy in front of a broker that a test can cut (every connection dropped,
+    new ones closed at once: the broker looks down) and restore, without touching the shared
+    broker itself."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        import socket
+
+        self.target = (host, port)
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.up = True
+        self.closed = False
+        self._socks: list = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def cut(self) -> None:
+        import socket
+
+        self.up = False
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def restore(self) -> None:
+        self.up = True
+
+    def close(self) -> None:
+        self.closed = True
+        self.cut()
+        self.listener.close()

@@ -109,3 +109,38 @@ def test_two_relays_racing_never_publish_one_job_twice(engine, schema, queue, tm
     by = scalar(engine, "SELECT count(DISTINCT worker_id) FROM attempts")
     assert by >= 1
     assert scalar(engine, "SELECT count(*) FROM attempts") == n  # one attempt each, no re-claims
+
+
+def test_broker_cut_mid_run_loses_nothing(engine, schema, queue, tmp_path):
+    """RabbitMQ behind a loopback proxy the test cuts (the shared broker keeps running): while
+    it is cut, jobs wait (nothing dead-lettered); restored, the relay publishes them all."""
+    from relay_helpers import TcpProxy
+
+    proxy = TcpProxy(5672)
+    fast = {"backoff": {"base": 0.2, "factor": 2, "max": 1}}
+    config = write_config(tmp_path, celery_config(
+        f"amqp://guest:guest@127.0.0.1:{proxy.port}//", queue=queue,
+        target_extra='connect_timeout = "1s"\nconfirm_timeout = "2s"'))
+    first = [f"before-{i}" for i in range(10)]
+    during = [f"during-{i}" for i in range(10)]
+    try:
+        for key in first:
+            put(engine, schema, "billing.z", {}, key=key, **fast)
+        with RelayThread(engine, schema, config) as relay:
+            wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published'") == 10,
+                       message="published before the cut")
+            proxy.cut()
+            for key in during:
+                put(engine, schema, "billing.z", {}, key=key, **fast)
+            wait_until(lambda: relay.relay.stats["deferred"] >= 10, timeout=30,
+                       message="jobs handed back while the broker is unreachable")
+            states = _states(engine)
+            assert {states[k] for k in during} <= {"available", "running"}
+            proxy.restore()
+            wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published'") == 20,
+                       timeout=60, message="caught up after the broker came back")
+    finally:
+        proxy.close()
+    assert scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'dead'") == 0
+    got = {h["id"] for h, _ in drain_amqp(queue, expect=20)}
+    assert got == set(first + during)  # nothing lost (a duplicate would be allowed, not a gap)

@@ -16,10 +16,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from conftest import libpq_url, scalar
-from daemon_harness import Daemon, assert_audit_clean, set_path, write_schedules
+from daemon_harness import Daemon, assert_audit_clean, schedule_toml, set_path, write_schedules
 from handlers_for_tests import wait_until
 from relay_helpers import (
     AMQP_URL,
+    REDIS_URL,
     celery_config,
     create_celery_tables,
     delete_amqp_queue,
@@ -147,3 +148,45 @@ def test_replacing_celery_beat_as_documented(engine, schema, database_url, clust
     assert "publication: to celery-main as " + key in story.stdout
     assert "final state: published" in story.stdout
     assert " published by " in story.stdout
+
+
+def test_overlap_skip_holds_while_a_relayed_job_runs_on_the_celery_worker(
+        engine, schema, database_url, cluster, queue, tmp_path):
+    """A 1-second schedule with overlap = "skip" whose task takes 3 s on the Celery worker: the
+    relay learns completion from the result backend (Redis), and until then every period is
+    skipped (overlap); the next job is emitted only after the previous one finished."""
+    import redis
+
+    name = unique("slow")
+    write_schedules(tmp_path / "schedules", {"slow.toml": schedule_toml(
+        name, every="1s", overlap="skip", task="billing.slow", misfire="skip")})
+    config = write_config(tmp_path, celery_config(
+        AMQP_URL, queue=queue, tasks='["billing.*"]', target_extra=f'backend = "{REDIS_URL}"'))
+    create_celery_tables(engine)
+    celery = spawn_celery_worker(database_url, schema, queue, backend=REDIS_URL,
+                                 env={"CK_TEST_SLOW_SECONDS": "3"})
+    relay = spawn_relay(database_url, schema, config)
+    daemon = Daemon(url=database_url, schema=schema, cluster=cluster,
+                    schedules=tmp_path / "schedules", instance_id="vm1", log_dir=tmp_path).start()
+    try:
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'succeeded'") >= 2,
+                   timeout=90, message="two relayed jobs reported finished by the result backend")
+        daemon.stop()
+    finally:
+        daemon.kill()
+        relay_log = stop(relay)
+        stop(celery)
+        r = redis.Redis.from_url(REDIS_URL)
+        for k in r.scan_iter(f"celery-task-meta-{name}@*"):
+            r.delete(k)
+    jobs = _rows(engine, "SELECT idempotency_key, created_at, finished_at, state FROM outbox "
+                 "ORDER BY created_at")
+    finished = [j for j in jobs if j[3] == "succeeded"]
+    assert len(finished) >= 2, (jobs, relay_log)
+    for before, after in zip(jobs, jobs[1:], strict=False):
+        assert before[2] is not None and after[1] >= before[2], (before, after)  # never overlapping
+    skipped = scalar(engine, "SELECT count(*) FROM periods WHERE reason = 'overlap'")
+    assert skipped >= 2  # the periods while the job ran on the Celery worker
+    runs = _rows(engine, "SELECT started_at, finished_at FROM celery_deliveries ORDER BY started_at")
+    for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
+        assert start >= end

@@ -10,8 +10,10 @@ One thread, in rounds:
   and neither reported finished nor past its timeout);
 - publish each, in claim order, to the target of the first route that matches it; then, in one
   statement per outcome, mark the published (fenced), fail the refused (backoff with full
-  jitter, dead letter after the job's attempts, at once when permanent), and hand back uncounted
-  the jobs of a target found unreachable (that target then rests, 0.5 s doubling to 30 s);
+  jitter, dead letter after the job's attempts, at once when permanent; a connection lost in
+  the middle of a publish counts too: the message may be what breaks it), and hand back
+  uncounted the jobs of a target that cannot be connected to (it then rests, 0.5 s doubling to
+  30 s);
 - every ``status_interval``, ask targets that can tell about published jobs still inside their
   timeout, and record ``succeeded`` / ``dead`` with ``finished_at``.
 
@@ -204,15 +206,21 @@ class Relay:
                 continue
             try:
                 target_id = target.publish(_relay_job(job), _delivery(route))
+            except TargetUnavailable as exc:
+                # Not this job's fault: hand it back uncounted and rest the target.
+                m.relay_failed(route.target)
+                delay = self._rest[route.target].next()
+                self._rest_until[route.target] = clock.monotonic() + delay
+                out.deferred.append((job, delay, f"publish: {exc}"))
+                log.warning("target unreachable: target=%s rest=%.1fs error=%s", route.target,
+                            delay, exc, extra={"action": "target_unreachable"})
+                continue
             except PublishError as exc:
                 m.relay_failed(route.target)
                 out.failed.append(self._failure(job, exc))
                 log.warning("publish failed: job=%d key=%s attempt=%d target=%s error=%s", job.id,
                             job.key, job.attempt, route.target, exc,
                             extra={"action": "publish_failed"})
-                if isinstance(exc, TargetUnavailable):
-                    delay = self._rest[route.target].next()
-                    self._rest_until[route.target] = clock.monotonic() + delay
                 continue
             except Exception as exc:  # noqa: BLE001 - a target bug must not lose the batch
                 m.relay_failed(route.target)

@@ -69,9 +69,9 @@ class PermanentPublishError(PublishError):
 
 
 class TargetUnavailable(PublishError):
-    """The target cannot be reached at all (connection refused or lost): the relay counts the
-    attempt of the job that met it, hands the rest of its batch back without counting theirs,
-    and waits before it tries the target again (docs/relay.md, "A broker that is down")."""
+    """No connection to the target could be made (raise it only before anything was sent): not
+    the job's fault, so the relay hands the job back without counting an attempt and rests the
+    target before trying it again (docs/relay.md, "Failures")."""
 
 
 class Target(Protocol):

@@ -216,7 +216,10 @@ def _classify(name: str, exc: Exception) -> PublishError:
                             f"retried with the same task id): {text}")
     if isinstance(exc, TypeError | ValueError):
         return PublishError(f"{name}: the message could not be built: {text}")
-    return TargetUnavailable(f"{name}: broker connection failed: {text}")
+    # The connection broke while this message was on it: ambiguous (the broker may hold it), and
+    # possibly this message's doing, so it counts as this job's failed attempt.
+    return PublishError(f"{name}: connection lost while publishing (ambiguous: retried with the "
+                        f"same task id): {text}")
 
 
 def _describe(exc: BaseException) -> str:

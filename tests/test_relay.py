@@ -144,3 +144,41 @@ def test_broker_cut_mid_run_loses_nothing(engine, schema, queue, tmp_path):
     assert scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'dead'") == 0
     got = {h["id"] for h, _ in drain_amqp(queue, expect=20)}
     assert got == set(first + during)  # nothing lost (a duplicate would be allowed, not a gap)
+
+
+def test_redis_broker_and_metrics(engine, schema, database_url, tmp_path):
+    """A real `cronkeeper relay` process publishing through a Redis broker (the write is the
+    acknowledgement); its metrics count what it published, with the publish lag."""
+    import json
+    import socket
+    import subprocess
+    import urllib.request
+
+    import redis
+    from handlers_for_tests import cronkeeper_exe
+    from relay_helpers import REDIS_URL, stop
+
+    queue = unique("ck-redis-test")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for i in range(3):
+        put(engine, schema, "billing.r", {"i": i}, key=f"redis-{i}")
+    config = write_config(tmp_path, celery_config(REDIS_URL, queue=queue))
+    r = redis.Redis.from_url(REDIS_URL)
+    proc = subprocess.Popen([cronkeeper_exe(), "relay", "--database-url", database_url, "--schema",
+                             schema, "--config", config, "--metrics-address", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: proc.poll() is not None or scalar(
+            engine, "SELECT count(*) FROM outbox WHERE state = 'published'") == 3,
+            message="published through redis")
+        assert proc.poll() is None, stop(proc)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert 'cronkeeper_relay_published_total{target="celery-main"} 3.0' in body
+        assert "cronkeeper_relay_publish_lag_seconds_count 3.0" in body
+        messages = [json.loads(m) for m in r.lrange(queue, 0, -1)]
+        assert sorted(m["headers"]["id"] for m in messages) == ["redis-0", "redis-1", "redis-2"]
+    finally:
+        stop(proc)
+        r.delete(queue)

@@ -29,7 +29,8 @@ def _installed_copy(tmp_path: Path, unit: str, instance: str | None = None) -> P
     return target
 
 
-@pytest.mark.parametrize(("unit", "instance"), [("cronkeeper.service", None), ("cronkeeper-worker@.service", "1")])
+@pytest.mark.parametrize(("unit", "instance"), [("cronkeeper.service", None), ("cronkeeper-worker@.service", "1"),
+                                             ("cronkeeper-relay@.service", "1")])
 def test_units_verify(tmp_path, unit, instance):
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is needed (Debian package systemd)"
@@ -39,7 +40,8 @@ def test_units_verify(tmp_path, unit, instance):
     assert result.stderr.strip() == "", result.stderr
 
 
-@pytest.mark.parametrize("unit", ["cronkeeper.service", "cronkeeper-worker@.service"])
+@pytest.mark.parametrize("unit", ["cronkeeper.service", "cronkeeper-worker@.service",
+                                  "cronkeeper-relay@.service"])
 def test_units_are_hardened(unit):
     text = (UNITS / unit).read_text()
     for line in ("NoNewPrivileges=yes", "ProtectSystem=strict", "DynamicUser=yes", "ProtectHome=yes"):

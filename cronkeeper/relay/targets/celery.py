@@ -140,7 +140,9 @@ class CeleryTarget:
             raise TargetUnavailable(f"{self.name}: broker unreachable: {_describe(exc)}") from exc
         self._amqp = conn.transport.driver_type == "amqp"
         self._connection = conn
-        self._producer = Producer(conn.default_channel, on_return=self._on_return)
+        # basic.return exists on AMQP only (kombu's virtual transports have no channel events)
+        on_return = self._on_return if self._amqp else None
+        self._producer = Producer(conn.default_channel, on_return=on_return)
         return self._producer
 
     def _drop(self) -> None:

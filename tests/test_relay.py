@@ -7,6 +7,7 @@ publishes retry with backoff and then dead-letter; two relays never publish one 
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from conftest import scalar
 from handlers_for_tests import wait_until
 from relay_helpers import (
@@ -182,3 +183,77 @@ def test_redis_broker_and_metrics(engine, schema, database_url, tmp_path):
     finally:
         stop(proc)
         r.delete(queue)
+
+
+def _insert_serial(engine, key: str, *, timeout: float) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO outbox (idempotency_key, schedule, scheduled_for, task, serial, "
+            "timeout_seconds) VALUES (:k, 'serial-s', now(), 'billing.serial', true, :t)"),
+            {"k": key, "t": timeout})
+
+
+def _rounds_pass(relay, n: int = 5) -> None:
+    """Wait until the relay went through ``n`` more rounds (claims and status polls)."""
+    start = relay.stats["rounds"]
+    wait_until(lambda: relay.stats["rounds"] >= start + n, message=f"{n} relay rounds")
+
+
+def test_serial_jobs_wait_for_the_target_to_report_or_for_the_timeout(engine, schema, queue, tmp_path):
+    """overlap = "serial" through a relay: the next job is published only after the result
+    backend (a real Redis) reports the previous one finished, or, when it never does, once the
+    previous job's timeout has passed since its publication."""
+    from relay_helpers import REDIS_URL
+
+    _insert_serial(engine, "serial-s@1", timeout=600)
+    _insert_serial(engine, "serial-s@2", timeout=1)
+    _insert_serial(engine, "serial-s@3", timeout=600)
+    config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue,
+                                                  target_extra=f'backend = "{REDIS_URL}"'))
+    with RelayThread(engine, schema, config) as thread:
+        relay = thread.relay
+        wait_until(lambda: _states(engine)["serial-s@1"] == "published", message="first published")
+        _rounds_pass(relay)
+        assert _states(engine)["serial-s@2"] == "available"  # the first still runs (PENDING)
+        backend = relay.targets["celery-main"].app.backend
+        try:
+            backend.store_result("serial-s@1", "ok", "SUCCESS")  # what the Celery worker writes
+            wait_until(lambda: _states(engine)["serial-s@2"] == "published", message="second")
+            assert _states(engine)["serial-s@1"] == "succeeded"
+            # the second never reports (PENDING forever): its 1 s timeout frees the schedule
+            wait_until(lambda: _states(engine)["serial-s@3"] == "published", message="third")
+        finally:
+            for key in ("serial-s@1", "serial-s@2", "serial-s@3"):
+                backend.forget(key)
+    rows = dict(((k, (p, f)) for k, p, f in _rows3(engine)))
+    assert rows["serial-s@1"][1] is not None and rows["serial-s@2"][0] >= rows["serial-s@1"][1]
+    assert (rows["serial-s@3"][0] - rows["serial-s@2"][0]).total_seconds() >= 1.0
+    assert _states(engine)["serial-s@2"] == "published"  # never reported: stays published
+
+
+def _rows3(engine):
+    with engine.connect() as conn:
+        return conn.execute(sa.text(
+            "SELECT idempotency_key, published_at, finished_at FROM outbox")).all()
+
+
+def test_a_real_worker_leaves_routed_jobs_for_the_relay(engine, schema, database_url, queue, tmp_path):
+    """A `cronkeeper worker` process never claims (and never dead-letters as an unknown task) a
+    job a registered route matches, even with no relay running; the relay publishes it later."""
+    from handlers_for_tests import spawn_worker
+    from relay_helpers import stop
+
+    config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue))
+    with RelayThread(engine, schema, config):
+        pass  # registers the routes, then stops: no relay runs while the worker does
+    put(engine, schema, "billing.charge", {}, key="routed@1")
+    put(engine, schema, "noop", {}, key="plain@1")
+    worker = spawn_worker(database_url, schema)
+    try:
+        wait_until(lambda: _states(engine)["plain@1"] == "succeeded", message="plain job run")
+    finally:
+        stop(worker)
+    assert scalar(engine, "SELECT state || ':' || attempts FROM outbox WHERE "
+                  "idempotency_key = 'routed@1'") == "available:0"
+    with RelayThread(engine, schema, config):
+        wait_until(lambda: _states(engine)["routed@1"] == "published", message="relayed")

@@ -81,7 +81,8 @@ class Relay:
         self._rest = {name: Backoff() for name in targets}
         self.rand = random.Random()
         self.published = 0
-        self.stats = {"claimed": 0, "published": 0, "failed": 0, "deferred": 0, "finished": 0}
+        self.stats = {"claimed": 0, "published": 0, "failed": 0, "deferred": 0, "finished": 0,
+                      "rounds": 0}
         self.registered = threading.Event()
 
     def stop(self) -> None:
@@ -110,6 +111,7 @@ class Relay:
                     next_status = now + cfg.status_interval
                     self._poll_completions()
                 backoff.reset()
+                self.stats["rounds"] += 1
             except DatabaseError:
                 self._stopping.wait(backoff.next())
                 continue

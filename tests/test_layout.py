@@ -124,3 +124,33 @@ def test_worker_package_has_no_import_circle():
 
     circles = sorted(name for name in graph if reaches(name, name, set()))
     assert circles == []
+
+
+RELAY_PURE = ["relay/config.py", "relay/targets"]
+QUEUE_LIBRARIES = ("celery", "kombu", "amqp", "redis", "rq", "bullmq")
+
+
+def test_relay_config_and_targets_import_no_database():
+    """The relay config is read and checked without a database (validate), and targets talk to
+    their broker only: the relay loop (relay/loop.py) is the one that writes the outbox."""
+    offenders = {
+        str(p.relative_to(PACKAGE)): sorted(n for n in imports(p) if n.startswith(
+            ("cronkeeper.db", "cronkeeper.cli", "cronkeeper.worker", "sqlalchemy", "psycopg")))
+        for p in modules(*RELAY_PURE)
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_relay_targets_import_their_queue_library_lazily():
+    """`cronkeeper validate --relay-config` imports every target module (for its check()): a
+    module-level import of Celery or redis would make validation slow, or fail where the extra
+    is not installed."""
+    for path in modules("relay/targets"):
+        tree = ast.parse(path.read_text())
+        top = set()
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                top.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top.add(node.module.split(".")[0])
+        assert not top & set(QUEUE_LIBRARIES), (path.name, sorted(top & set(QUEUE_LIBRARIES)))

@@ -196,7 +196,17 @@ class Relay:
     def _publish(self, jobs: list[db.OutboxJob]) -> _Outcome:
         out = _Outcome([], [], [])
         m = metrics.current()
-        for job in jobs:
+        # Publish only while the claim's lease is comfortably ahead: past half of it (a slow
+        # broker, a huge batch) the rest goes back uncounted rather than risk another relay
+        # reclaiming, and republishing, jobs this one is still sending.
+        cutoff = clock.monotonic() + self.config.lease / 2
+        for k, job in enumerate(jobs):
+            if clock.monotonic() > cutoff:
+                out.deferred.extend((j, 0.0, "relay lease half spent before publishing")
+                                    for j in jobs[k:])
+                log.warning("batch cut short: jobs=%d handed back (lease %.0fs half spent)",
+                            len(jobs) - k, self.config.lease, extra={"action": "batch_cut_short"})
+                break
             route = self.config.route_for(job.task, job.schedule)
             if route is None:  # the regex and the glob disagree: a bug, never a lost job
                 out.deferred.append((job, self.config.poll_interval, "no route matches (relay)"))

@@ -257,3 +257,23 @@ def test_a_real_worker_leaves_routed_jobs_for_the_relay(engine, schema, database
                   "idempotency_key = 'routed@1'") == "available:0"
     with RelayThread(engine, schema, config):
         wait_until(lambda: _states(engine)["routed@1"] == "published", message="relayed")
+
+
+def test_status_shows_relay_routes_and_published_depth(engine, schema, database_url, queue, tmp_path):
+    import json
+    import subprocess
+
+    from handlers_for_tests import cronkeeper_exe
+
+    put(engine, schema, "billing.s", {}, key="status@1")
+    config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue, name="main"))
+    with RelayThread(engine, schema, config):
+        wait_until(lambda: _states(engine)["status@1"] == "published", message="published")
+    base = [cronkeeper_exe(), "status", "--database-url", database_url, "--schema", schema]
+    doc = json.loads(subprocess.run([*base, "--format", "json"], capture_output=True, text=True,
+                                    check=True).stdout)
+    assert doc["queue"]["depth"]["published"] == 1
+    assert doc["relay_routes"] == [{"relay": "main", "position": 0, "target": "celery-main",
+                                    "tasks": ["billing.*"], "schedules": None}]
+    text = subprocess.run(base, capture_output=True, text=True).stdout
+    assert "RELAY  main route 1: tasks billing.* -> celery-main" in text

@@ -58,6 +58,9 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         dead = dba.outbox_dead(conn)
         depth = dba.outbox_depth(conn)
         failed, finished, failed_before = dba.attempts_recent(conn, STORM_WINDOW)
+        from cronkeeper.db.relay import relay_routes_list
+
+        routes = relay_routes_list(conn)
         missing: dict[str, int] = {}
         since = now - timedelta(hours=1)
         for name, vs in versions.items():
@@ -126,6 +129,9 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
             "attempts_failed_before": failed_before,
         },
         "periods_missing_last_hour": missing,
+        # docs/relay.md: jobs these routes match go to a relay; workers never claim them
+        "relay_routes": [{"relay": r, "position": p, "target": t, "tasks": ts, "schedules": ss}
+                         for r, p, t, ts, ss in routes],
     }
     doc["diagnosis"] = problems + diagnose(doc, periods)
     return doc
@@ -228,6 +234,11 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("  (no schedule in force: a leader adopts the schedule files)")
     depth = doc["queue"]["depth"]
     lines += ["", "QUEUE  " + "  ".join(f"{k} {v}" for k, v in depth.items())]
+    for r in doc.get("relay_routes", []):
+        match = " and ".join(f"{what} {','.join(globs)}" for what, globs in
+                             (("tasks", r["tasks"]), ("schedules", r["schedules"])) if globs)
+        lines.append(f"RELAY  {safe(r['relay'])} route {r['position'] + 1}: {safe(match)} -> "
+                     f"{safe(r['target'])}")
     lines.append("")
     if doc["diagnosis"]:
         lines.append("DIAGNOSIS")

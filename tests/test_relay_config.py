@@ -139,3 +139,56 @@ def test_glob_regex_matches_what_fnmatch_matches_in_postgresql(engine, glob, nam
         got = conn.execute(sa.text("SELECT n ~ :r FROM unnest(CAST(:names AS text[])) AS n"),
                            {"r": regex, "names": names}).scalars().all()
     assert got == [fnmatchcase(n, glob) for n in names], (glob, glob_regex(glob))
+
+
+def test_relay_command_refuses_bad_config_and_unloadable_app_with_messages(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(BAD)
+    result = subprocess.run([cronkeeper_exe(), "relay", "--config", str(bad),
+                             "--metrics-address", "off"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and f"{bad}:2: unknown key 'lese'" in result.stderr
+    assert "Traceback" not in result.stderr
+    app = tmp_path / "app.toml"
+    app.write_text('[targets.c]\nkind = "celery"\napp = "no_such_module_here:app"\n'
+                   '[[routes]]\ntasks = ["*"]\ntarget = "c"\n')
+    result = subprocess.run([cronkeeper_exe(), "relay", "--config", str(app),
+                             "--metrics-address", "off"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "cannot load app 'no_such_module_here:app': ModuleNotFoundError" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_claims_follow_task_and_schedule_routes(engine, schema, tmp_path):
+    """The relay's claim takes exactly the jobs its routes match (schedule globs, task globs,
+    both); the worker's claim takes exactly the others once the routes are registered."""
+    import cronkeeper
+    from cronkeeper.db import outbox as db
+    from cronkeeper.db import relay as db_relay
+
+    path = tmp_path / "r.toml"
+    path.write_text('[targets.c]\nkind = "celery"\nbroker = "amqp://x//"\n'
+                    '[[routes]]\nschedules = ["nightly-*"]\ntarget = "c"\n'
+                    '[[routes]]\ntasks = ["billing.*"]\nschedules = ["b?"]\ntarget = "c"\n')
+    config = load_relay_config(str(path)).config
+    rows = [("x", "nightly-a", True), ("x", "daily", False), ("billing.y", "b1", True),
+            ("billing.y", "b12", False), ("billing.y", None, False), ("x", None, False)]
+    with engine.begin() as conn:
+        for i, (task, schedule, _) in enumerate(rows):
+            cronkeeper.enqueue(conn, task, {}, key=f"k{i}", schema=schema)
+            conn.execute(sa.text("UPDATE outbox SET schedule = :s WHERE idempotency_key = :k"),
+                         {"s": schedule, "k": f"k{i}"})
+        db_relay.relay_routes_register(conn, relay="r", routes=[
+            db_relay.RouteRow(r.position, r.target, r.tasks and list(r.tasks),
+                              r.schedules and list(r.schedules), r.task_regex, r.schedule_regex)
+            for r in config.routes])
+    routes = db.Routes(tuple(r.task_regex for r in config.routes),
+                       tuple(r.schedule_regex for r in config.routes))
+    with engine.begin() as conn:
+        relayed = db.outbox_claim(conn, worker_id="relay", limit=100, lease_margin=0,
+                                  routes=routes, lease=60)
+        worked = db.outbox_claim(conn, worker_id="worker", limit=100, lease_margin=5)
+    expected = {f"k{i}" for i, (_, _, routed) in enumerate(rows) if routed}
+    assert {j.key for j in relayed} == expected
+    assert {j.key for j in worked} == {f"k{i}" for i in range(len(rows))} - expected
+    for job in relayed:  # and the Python routing agrees with the SQL one
+        assert config.route_for(job.task, job.schedule) is not None

@@ -198,6 +198,7 @@ class TcpProxy:
         self.port = self.listener.getsockname()[1]
         self.up = True
         self.closed = False
+        self.hold_replies = False  # broker -> client bytes wait (the broker "stops answering")
         self._socks: list = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -220,16 +221,17 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._socks += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, replies in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, replies), daemon=True).start()
 
-    @staticmethod
-    def _pump(src, dst) -> None:
+    def _pump(self, src, dst, replies: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
+                while replies and self.hold_replies and not self.closed:
+                    time.sleep(0.01)
                 dst.sendall(data)
         except OSError:
             pass

@@ -277,3 +277,33 @@ def test_status_shows_relay_routes_and_published_depth(engine, schema, database_
                                     "tasks": ["billing.*"], "schedules": None}]
     text = subprocess.run(base, capture_output=True, text=True).stdout
     assert "RELAY  main route 1: tasks billing.* -> celery-main" in text
+
+
+def test_confirm_timeout_is_ambiguous_and_retried_with_the_same_task_id(engine, schema, queue, tmp_path):
+    """The broker takes the message but its confirm never arrives (the proxy holds the broker's
+    replies): the attempt fails as ambiguous, the connection is dropped, and the retry publishes
+    the same task id again. RabbitMQ then holds two copies: the at-least-once case consumers
+    dedupe (docs/celery.md)."""
+    from relay_helpers import TcpProxy
+
+    proxy = TcpProxy(5672)
+    fast = {"backoff": {"base": 0.2, "factor": 1, "max": 0.2}}
+    config = write_config(tmp_path, celery_config(
+        f"amqp://guest:guest@127.0.0.1:{proxy.port}//", queue=queue,
+        target_extra='connect_timeout = "2s"\nconfirm_timeout = "1s"'))
+    try:
+        put(engine, schema, "billing.c", {}, key="warm", **fast)
+        with RelayThread(engine, schema, config):
+            wait_until(lambda: _states(engine)["warm"] == "published", message="connection warm")
+            proxy.hold_replies = True
+            put(engine, schema, "billing.c", {}, key="unconfirmed", **fast)
+            wait_until(lambda: scalar(engine, "SELECT count(*) FROM attempts WHERE outcome = 'retry'"),
+                       message="the unconfirmed attempt recorded")
+            proxy.hold_replies = False
+            wait_until(lambda: _states(engine)["unconfirmed"] == "published", message="retried")
+    finally:
+        proxy.close()
+    error = scalar(engine, "SELECT error FROM attempts WHERE outcome = 'retry'")
+    assert "no publisher confirm within the timeout" in error
+    ids = [h["id"] for h, _ in drain_amqp(queue, expect=3)]
+    assert sorted(ids) == ["unconfirmed", "unconfirmed", "warm"]

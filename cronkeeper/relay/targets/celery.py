@@ -146,9 +146,18 @@ class CeleryTarget:
         return self._producer
 
     def _drop(self) -> None:
+        """Abandon the connection after a failure, without talking to the broker: a graceful
+        close waits for the broker's Close-Ok, forever when the broker stopped answering (found
+        by test_confirm_timeout_is_ambiguous_and_retried_with_the_same_task_id)."""
         conn, self._connection, self._producer = self._connection, None, None
-        if conn is not None:
-            _close(conn)
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):
+            raw = conn.connection  # py-amqp's Connection (kombu's virtual transports: no collect)
+            if hasattr(raw, "collect"):
+                raw.collect()  # closes the socket, no handshake
+        with contextlib.suppress(Exception):
+            conn.collect(socket_timeout=0.1)
 
     def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         """basic.return for a mandatory message nobody could route: remember it by task id."""
@@ -201,8 +210,11 @@ class CeleryTarget:
         return Completion.PENDING  # PENDING (also: unknown id), RECEIVED, STARTED, RETRY
 
     def close(self) -> None:
+        """A graceful close (the relay is stopping and the broker, as far as we know, answers)."""
         with self._lock:
-            self._drop()
+            conn, self._connection, self._producer = self._connection, None, None
+            if conn is not None:
+                _close(conn)
 
 
 def _classify(name: str, exc: Exception) -> PublishError:
@@ -213,7 +225,7 @@ def _classify(name: str, exc: Exception) -> PublishError:
         return PublishError(f"{name}: the broker refused the message (basic.nack): {text}")
     if isinstance(exc, ChannelError):  # this message's fault (no such exchange...), not the broker's
         return PublishError(f"{name}: the broker refused the message: {text}")
-    if isinstance(exc, socket.timeout | TimeoutError):
+    if _timed_out(exc):
         return PublishError(f"{name}: no publisher confirm within the timeout (ambiguous: "
                             f"retried with the same task id): {text}")
     if isinstance(exc, TypeError | ValueError):
@@ -222,6 +234,16 @@ def _classify(name: str, exc: Exception) -> PublishError:
     # possibly this message's doing, so it counts as this job's failed attempt.
     return PublishError(f"{name}: connection lost while publishing (ambiguous: retried with the "
                         f"same task id): {text}")
+
+
+def _timed_out(exc: BaseException | None) -> bool:
+    """A wait that timed out, also when kombu re-raised it as OperationalError('timed out')."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, socket.timeout | TimeoutError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _describe(exc: BaseException) -> str:

@@ -129,8 +129,13 @@ class CeleryTarget:
             return self._producer
         from kombu import Producer
 
+        # read/write_timeout (py-amqp socket options; other transports ignore them): every wait
+        # on the broker is bounded, not only the confirm (a queue.declare would wait forever on
+        # a broker that stopped answering).
+        wait = self.confirm_timeout + self.connect_timeout
         conn = self.app.connection_for_write(
-            transport_options={"confirm_publish": True},
+            transport_options={"confirm_publish": True, "read_timeout": wait,
+                               "write_timeout": wait},
             connect_timeout=self.connect_timeout,
         )
         try:
@@ -226,8 +231,8 @@ def _classify(name: str, exc: Exception) -> PublishError:
     if isinstance(exc, ChannelError):  # this message's fault (no such exchange...), not the broker's
         return PublishError(f"{name}: the broker refused the message: {text}")
     if _timed_out(exc):
-        return PublishError(f"{name}: no publisher confirm within the timeout (ambiguous: "
-                            f"retried with the same task id): {text}")
+        return PublishError(f"{name}: no publisher confirm within the timeout (or no answer "
+                            f"to a queue declare; ambiguous: retried with the same task id): {text}")
     if isinstance(exc, TypeError | ValueError):
         return PublishError(f"{name}: the message could not be built: {text}")
     # The connection broke while this message was on it: ambiguous (the broker may hold it), and

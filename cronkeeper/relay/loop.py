@@ -1,7 +1,8 @@
 """The relay: claim routed jobs under a short lease, publish each to its target, then mark them
 ``published`` (SPEC §11, docs/relay.md).
 
-One thread, in rounds:
+Two threads: the claim loop, in rounds, and a recorder that writes each round's outcomes while
+the next round is claimed and published (at most two rounds wait for it). The rounds:
 - register this relay's routes in ``relay_routes`` (workers' claims skip what they match);
 - reap expired leases (the statement workers use);
 - claim up to ``batch_size`` routed jobs with the workers' claim (``outbox_claim`` with the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import signal
 import threading
@@ -84,6 +86,9 @@ class Relay:
         self.stats = {"claimed": 0, "published": 0, "failed": 0, "deferred": 0, "finished": 0,
                       "rounds": 0}
         self.registered = threading.Event()
+        # Outcomes are written by a recorder thread while the next batch is claimed and
+        # published; at most two batches wait, so no lease runs out in the queue.
+        self._outcomes: queue.Queue[_Outcome | None] = queue.Queue(maxsize=2)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -95,6 +100,8 @@ class Relay:
         self._register_until_up()
         log.info("relay started: relay=%s config=%s targets=%s", self.relay_id, cfg.name,
                  ",".join(self.targets), extra={"action": "relay_started"})
+        recorder = threading.Thread(target=self._record_loop, name="relay-recorder", daemon=True)
+        recorder.start()
         backoff = Backoff()
         next_reap = next_status = next_serial = 0.0
         while not self._stopping.is_set():
@@ -117,6 +124,8 @@ class Relay:
                 continue
             if claimed < cfg.batch_size:
                 self._stopping.wait(cfg.poll_interval)
+        self._outcomes.put(None)
+        recorder.join(cfg.lease)
         for target in self.targets.values():
             try:
                 target.close()
@@ -190,8 +199,19 @@ class Relay:
 
     def _publish_and_record(self, jobs: list[db.OutboxJob]) -> None:
         self.stats["claimed"] += len(jobs)
-        outcome = self._publish(jobs)
-        self._record(outcome)
+        self._outcomes.put(self._publish(jobs))
+
+    def _record_loop(self) -> None:
+        while True:
+            out = self._outcomes.get()
+            if out is None:
+                break
+            try:
+                self._record(out)
+            except Exception as exc:  # noqa: BLE001 - the jobs are reclaimed when leases expire
+                log.error("recording outcomes failed: error=%s", exc,
+                          extra={"action": "outcomes_not_recorded"})
+        self.db.close_kept()
 
     def _publish(self, jobs: list[db.OutboxJob]) -> _Outcome:
         out = _Outcome([], [], [])

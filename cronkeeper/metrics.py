@@ -246,7 +246,7 @@ class DatabaseCollector(Collector):
                                     labels=["kind"])
         tzdata = GaugeMetricFamily("cronkeeper_tzdata_versions", "Distinct IANA tzdata versions "
                                    "among live instances (above 1: they disagree).")
-        for kind in ("scheduler", "worker"):
+        for kind in ("scheduler", "worker", "relay"):
             mine = [i for i in live if i["kind"] == kind]
             instances.add_metric([kind], len(mine))
             digests.add_metric([kind], len({i["schedules_digest"] for i in mine}))

@@ -12,6 +12,13 @@ ALTER TABLE attempts DROP CONSTRAINT attempts_outcome_check;
 ALTER TABLE attempts ADD CONSTRAINT attempts_outcome_check CHECK (outcome IN
     ('succeeded', 'retry', 'dead', 'timeout', 'lease_expired', 'released', 'published'));
 
+-- Relays register as instances (kind and role 'relay'), so status and metrics show them.
+ALTER TABLE instances DROP CONSTRAINT instances_kind_check;
+ALTER TABLE instances ADD CONSTRAINT instances_kind_check CHECK (kind IN ('scheduler', 'worker', 'relay'));
+ALTER TABLE instances DROP CONSTRAINT instances_role_check;
+ALTER TABLE instances ADD CONSTRAINT instances_role_check
+    CHECK (role IN ('leader', 'standby', 'worker', 'relay'));
+
 -- Relays register here, as they start, the routes of their config: workers never claim a job a
 -- registered route matches (it stays for a relay), whether or not a relay is running right now.
 -- The globs are kept as written; the regexes (PostgreSQL ARE, anchored) are what claims match.

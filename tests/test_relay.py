@@ -267,16 +267,19 @@ def test_status_shows_relay_routes_and_published_depth(engine, schema, database_
 
     put(engine, schema, "billing.s", {}, key="status@1")
     config = write_config(tmp_path, celery_config(AMQP_URL, queue=queue, name="main"))
-    with RelayThread(engine, schema, config):
+    with RelayThread(engine, schema, config, relay_id="relay-status"):
         wait_until(lambda: _states(engine)["status@1"] == "published", message="published")
-    base = [cronkeeper_exe(), "status", "--database-url", database_url, "--schema", schema]
-    doc = json.loads(subprocess.run([*base, "--format", "json"], capture_output=True, text=True,
-                                    check=True).stdout)
+        base = [cronkeeper_exe(), "status", "--database-url", database_url, "--schema", schema]
+        doc = json.loads(subprocess.run([*base, "--format", "json"], capture_output=True,
+                                        text=True, check=True).stdout)
     assert doc["queue"]["depth"]["published"] == 1
     assert doc["relay_routes"] == [{"relay": "main", "position": 0, "target": "celery-main",
                                     "tasks": ["billing.*"], "schedules": None}]
     text = subprocess.run(base, capture_output=True, text=True).stdout
     assert "RELAY  main route 1: tasks billing.* -> celery-main" in text
+    relays = [i for i in doc["instances"] if i["kind"] == "relay"]
+    assert [(i["instance_id"], i["role"]) for i in relays] == [("relay-status", "relay")]
+    assert len(relays[0]["schedules_digest"]) == 16  # the config file's digest
 
 
 def test_confirm_timeout_is_ambiguous_and_retried_with_the_same_task_id(engine, schema, queue, tmp_path):

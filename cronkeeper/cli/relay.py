@@ -83,7 +83,7 @@ def relay_command(
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})
     _serve_metrics(metrics_address, database.engine, cluster)
     relay = Relay(database.engine, config, targets, relay_id=instance_id or default_relay_id(),
-                  schema=schema)
+                  schema=schema, cluster=cluster)
 
     def on_signal(signum: int, frame: object) -> None:
         relay.stop()

@@ -15,10 +15,10 @@ from cronkeeper.db.wake import wake
 _REGISTER = """
 INSERT INTO instances (cluster, instance_id, kind, host, pid, version, schedules_digest,
                        tzdata_version, role)
-VALUES (%(cluster)s, %(instance)s, 'worker', %(host)s, %(pid)s, %(version)s, %(digest)s,
-        %(tzdata)s, 'worker')
+VALUES (%(cluster)s, %(instance)s, %(kind)s, %(host)s, %(pid)s, %(version)s, %(digest)s,
+        %(tzdata)s, %(kind)s)
 ON CONFLICT (cluster, instance_id) DO UPDATE
-SET kind = 'worker', role = 'worker', host = EXCLUDED.host, pid = EXCLUDED.pid,
+SET kind = EXCLUDED.kind, role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
     version = EXCLUDED.version, schedules_digest = EXCLUDED.schedules_digest,
     tzdata_version = EXCLUDED.tzdata_version, started_at = clock_timestamp(),
     heartbeat_at = clock_timestamp()
@@ -27,11 +27,12 @@ SET kind = 'worker', role = 'worker', host = EXCLUDED.host, pid = EXCLUDED.pid,
 
 def instances_register_worker(
     conn: sa.Connection, *, cluster: str, instance_id: str, host: str, pid: int,
-    version: str, schedules_digest: str, tzdata_version: str,
+    version: str, schedules_digest: str, tzdata_version: str, kind: str = "worker",
 ) -> None:
+    """Register a worker (or, ``kind="relay"``, a relay: its digest is its config file's)."""
     params = {
         "cluster": cluster, "instance": instance_id, "host": host, "pid": pid,
-        "version": version, "digest": schedules_digest, "tzdata": tzdata_version,
+        "version": version, "digest": schedules_digest, "tzdata": tzdata_version, "kind": kind,
     }
     driver(conn).execute(_REGISTER, params)
 

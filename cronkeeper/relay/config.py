@@ -12,7 +12,9 @@ anchored PostgreSQL regular expressions the claims match (one translation, teste
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import importlib
 import re
 import tomllib
@@ -78,6 +80,7 @@ class RelayConfig:
     batch_size: int = 100
     poll_interval: float = 1.0
     status_interval: float = 2.0
+    digest: str = ""  # of the file's bytes: relays of one name should show one digest
 
     def route_for(self, task: str, schedule: str | None) -> Route | None:
         """The first route that matches, or None (the job stays for ``cronkeeper worker``)."""
@@ -236,7 +239,8 @@ def load_relay_config(path: str) -> ConfigResult:
         line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
         return ConfigResult(None, (Diagnostic(path, line, None, f"TOML syntax: {exc}"),))
     reader = _Reader(path, text)
-    config = _read(reader, raw)
+    config = dataclasses.replace(_read(reader, raw),
+                                 digest=hashlib.sha256(data).hexdigest()[:16])
     errors = [d for d in reader.found if d.severity is Severity.ERROR]
     return ConfigResult(None if errors else config, tuple(reader.found))
 

@@ -30,11 +30,13 @@ import os
 import queue
 import random
 import signal
+import socket
 import threading
 from dataclasses import dataclass
 
-from cronkeeper import clock, metrics
+from cronkeeper import __version__, clock, metrics
 from cronkeeper.backoff import retry_delay
+from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
 from cronkeeper.db.engine import Engine, advisory_key
@@ -49,6 +51,7 @@ from cronkeeper.relay.targets.base import (
     Target,
     TargetUnavailable,
 )
+from cronkeeper.timing import tzdata_version
 from cronkeeper.worker.runtime import Backoff, Database
 
 log = logging.getLogger("cronkeeper.relay")
@@ -68,11 +71,12 @@ class _Outcome:
 
 class Relay:
     def __init__(self, engine: Engine, config: RelayConfig, targets: dict[str, Target], *,
-                 relay_id: str, schema: str = "cronkeeper") -> None:
+                 relay_id: str, schema: str = "cronkeeper", cluster: str = "default") -> None:
         self.config = config
         self.targets = targets
         self.relay_id = relay_id
         self.schema = schema
+        self.cluster = cluster
         self.db = Database(engine)
         self.routes = db.Routes(
             tasks=tuple(r.task_regex for r in config.routes),
@@ -110,6 +114,9 @@ class Relay:
                 if now >= next_reap:
                     self._reap()
                     next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
+                    with self.db.statement("heartbeating the relay") as conn:
+                        db_attempts.instances_heartbeat(conn, cluster=self.cluster,
+                                                        instance_id=self.relay_id)
                 claimed = self._round()
                 if now >= next_serial:
                     next_serial = now + min(cfg.poll_interval, 1.0)
@@ -149,6 +156,12 @@ class Relay:
             try:
                 with self.db.transaction("registering the relay's routes") as conn:
                     db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
+                    db_attempts.instances_register_worker(
+                        conn, cluster=self.cluster, instance_id=self.relay_id,
+                        host=socket.gethostname(), pid=os.getpid(), version=__version__,
+                        schedules_digest=self.config.digest, tzdata_version=tzdata_version(),
+                        kind="relay",
+                    )
                 self.registered.set()
                 return
             except DatabaseError:

@@ -27,7 +27,7 @@ def write_config(tmp_path: Path, body: str, name: str = "relay.toml") -> str:
 
 
 def celery_config(broker: str, *, queue: str, tasks: str = '["billing.*"]', extra: str = "",
-                  target_extra: str = "", name: str | None = None, lease: str = "5s") -> str:
+                  target_extra: str = "", name: str | None = None, lease: str = "15s") -> str:
     return f"""
 name = "{name or unique('relay')}"
 lease = "{lease}"

@@ -1,8 +1,9 @@
 """The relay: claim routed jobs under a short lease, publish each to its target, then mark them
 ``published`` (SPEC §11, docs/relay.md).
 
-Two threads: the claim loop, in rounds, and a recorder that writes each round's outcomes while
-the next round is claimed and published (at most two rounds wait for it). The rounds:
+Three threads: the publish loop, in rounds; a claimer that claims the next batch while one is
+published (when the last claim came back full); and a recorder that writes each round's
+outcomes meanwhile (at most one round waits for it). The rounds:
 - register this relay's routes in ``relay_routes`` (workers' claims skip what they match);
 - reap expired leases (the statement workers use);
 - claim up to ``batch_size`` routed jobs with the workers' claim (``outbox_claim`` with the
@@ -27,12 +28,11 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import random
 import signal
 import socket
 import threading
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from cronkeeper import __version__, clock, metrics
 from cronkeeper.backoff import retry_delay
@@ -42,6 +42,7 @@ from cronkeeper.db import relay as db_relay
 from cronkeeper.db.engine import Engine, advisory_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
+from cronkeeper.relay.recorder import Outcome, Recorder
 from cronkeeper.relay.targets.base import (
     Completion,
     Delivery,
@@ -60,13 +61,6 @@ log = logging.getLogger("cronkeeper.relay")
 # crash window the docs describe). Read once; never set outside the test suite.
 _KILL_AFTER_PUBLISH = int(os.environ.get("CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH", "0") or 0)
 _STATUS_BATCH = 500  # most published jobs asked about per status round
-
-
-@dataclass
-class _Outcome:
-    published: list[tuple[db.OutboxJob, str, str, float]]  # job, target, target id, ack (mono)
-    failed: list[db.Failure]
-    deferred: list[tuple[db.OutboxJob, float, str]]  # job, delay, reason
 
 
 class Relay:
@@ -91,8 +85,11 @@ class Relay:
                       "rounds": 0}
         self.registered = threading.Event()
         # Outcomes are written by a recorder thread while the next batch is claimed and
-        # published; at most two batches wait, so no lease runs out in the queue.
-        self._outcomes: queue.Queue[_Outcome | None] = queue.Queue(maxsize=2)
+        # published; at most one batch waits, so no lease runs out in the queue.
+        self.recorder = Recorder(self.db, relay_id=relay_id, lease=config.lease,
+                                 stopping=self._stopping, stats=self.stats)
+        self._claimer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relay-claimer")
+        self._ahead: Future[tuple[list[db.OutboxJob], float]] | None = None
 
     def stop(self) -> None:
         self._stopping.set()
@@ -104,7 +101,7 @@ class Relay:
         self._register_until_up()
         log.info("relay started: relay=%s config=%s targets=%s", self.relay_id, cfg.name,
                  ",".join(self.targets), extra={"action": "relay_started"})
-        recorder = threading.Thread(target=self._record_loop, name="relay-recorder", daemon=True)
+        recorder = threading.Thread(target=self.recorder.run, name="relay-recorder", daemon=True)
         recorder.start()
         backoff = Backoff()
         next_reap = next_status = next_serial = 0.0
@@ -131,7 +128,9 @@ class Relay:
                 continue
             if claimed < cfg.batch_size:
                 self._stopping.wait(cfg.poll_interval)
-        self._outcomes.put(None)
+        self._hand_back_ahead()
+        self._claimer.shutdown(wait=True)
+        self.recorder.finish()
         recorder.join(cfg.lease)
         for target in self.targets.values():
             try:
@@ -177,18 +176,47 @@ class Relay:
         now = clock.monotonic()
         return [name for name, until in self._rest_until.items() if until > now]
 
-    def _round(self) -> int:
+    def _claim(self) -> tuple[list[db.OutboxJob], float]:
+        """One claim (on the calling thread's kept connection) and when it was made."""
         cfg = self.config
-        if self.routes.tasks == () or len(self._resting()) == len(self.targets):
-            return 0
+        claimed_at = clock.monotonic()
         with self.db.statement("claiming jobs") as conn:
             jobs = db.outbox_claim(
                 conn, worker_id=self.relay_id, limit=cfg.batch_size, lease_margin=0.0,
                 exclude_tasks=["command"], routes=self.routes, lease=cfg.lease,
             )
+        return jobs, claimed_at
+
+    def _round(self) -> int:
+        """Publish one batch. A full batch means more is probably waiting: the next claim then
+        runs on the claimer thread while this batch is published (one batch ahead at most, its
+        lease counted from its own claim)."""
+        if self.routes.tasks == () or len(self._resting()) == len(self.targets):
+            return self._hand_back_ahead()
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            jobs, claimed_at = ahead.result()
+        else:
+            jobs, claimed_at = self._claim()
+        if len(jobs) == self.config.batch_size and not self._stopping.is_set():
+            self._ahead = self._claimer.submit(self._claim)
         if jobs:
-            self._publish_and_record(jobs)
+            self._publish_and_record(jobs, claimed_at)
         return len(jobs)
+
+    def _hand_back_ahead(self) -> int:
+        """Jobs claimed ahead that will not be published now go back uncounted."""
+        if self._ahead is None:
+            return 0
+        ahead, self._ahead = self._ahead, None
+        try:
+            jobs, _ = ahead.result()
+        except DatabaseError:
+            return 0
+        if jobs:
+            self.stats["claimed"] += len(jobs)
+            self.recorder.put(Outcome(deferred=[(j, 0.0, "relay stopping") for j in jobs]))
+        return 0
 
     def _serial_round(self) -> int:
         if not self.config.routes:
@@ -205,39 +233,27 @@ class Relay:
                                              lease=self.config.lease)
             if job is not None:
                 claimed += 1
-                self._publish_and_record([job])
+                self._publish_and_record([job], clock.monotonic())
         return claimed
 
     # -- publish ---------------------------------------------------------------------------
 
-    def _publish_and_record(self, jobs: list[db.OutboxJob]) -> None:
+    def _publish_and_record(self, jobs: list[db.OutboxJob], claimed_at: float) -> None:
         self.stats["claimed"] += len(jobs)
-        self._outcomes.put(self._publish(jobs))
+        self.recorder.put(self._publish(jobs, claimed_at))
 
-    def _record_loop(self) -> None:
-        while True:
-            out = self._outcomes.get()
-            if out is None:
-                break
-            try:
-                self._record(out)
-            except Exception as exc:  # noqa: BLE001 - the jobs are reclaimed when leases expire
-                log.error("recording outcomes failed: error=%s", exc,
-                          extra={"action": "outcomes_not_recorded"})
-        self.db.close_kept()
-
-    def _publish(self, jobs: list[db.OutboxJob]) -> _Outcome:
-        out = _Outcome([], [], [])
+    def _publish(self, jobs: list[db.OutboxJob], claimed_at: float) -> Outcome:
+        out = Outcome()
         m = metrics.current()
-        # Publish only while the claim's lease is comfortably ahead: past half of it (a slow
+        # Publish only while the claim's lease is comfortably ahead: past a third of it (a slow
         # broker, a huge batch) the rest goes back uncounted rather than risk another relay
-        # reclaiming, and republishing, jobs this one is still sending.
-        cutoff = clock.monotonic() + self.config.lease / 2
+        # reclaiming, and republishing, jobs this one is still sending or marking.
+        cutoff = claimed_at + self.config.lease / 3
         for k, job in enumerate(jobs):
             if clock.monotonic() > cutoff:
-                out.deferred.extend((j, 0.0, "relay lease half spent before publishing")
+                out.deferred.extend((j, 0.0, "relay lease a third spent before publishing")
                                     for j in jobs[k:])
-                log.warning("batch cut short: jobs=%d handed back (lease %.0fs half spent)",
+                log.warning("batch cut short: jobs=%d handed back (lease %.0fs a third spent)",
                             len(jobs) - k, self.config.lease, extra={"action": "batch_cut_short"})
                 break
             route = self.config.route_for(job.task, job.schedule)
@@ -287,57 +303,6 @@ class Relay:
         delay = retry_delay(job.attempt, float(b.get("base", 30)), float(b.get("factor", 2)),
                             float(b.get("max", 3600)), self.rand.random())
         return db.Failure(job.id, job.attempt, "available", delay, error, "retry")
-
-    def _record(self, out: _Outcome) -> None:
-        """Write the round's outcomes; retried while the leases last (after that the jobs are
-        claimable again, and republished with the same ids: at least once)."""
-        deadline = clock.monotonic() + self.config.lease / 2
-        backoff = Backoff(first=0.2, cap=5.0)
-        while True:
-            try:
-                self._write(out)
-                return
-            except DatabaseError:
-                if clock.monotonic() + backoff.current > deadline or self._stopping.is_set():
-                    log.error("outcomes not recorded: published=%d failed=%d: the jobs will be "
-                              "claimed again when their leases expire", len(out.published),
-                              len(out.failed), extra={"action": "outcomes_not_recorded"})
-                    return
-                self._stopping.wait(backoff.next())
-
-    def _write(self, out: _Outcome) -> None:
-        m = metrics.current()
-        if out.published:
-            jobs = [p[0] for p in out.published]
-            with self.db.statement("marking jobs published") as conn:
-                marked_at = clock.monotonic()
-                due = db_relay.outbox_mark_published(
-                    conn, relay_id=self.relay_id, ids=[j.id for j in jobs],
-                    attempts=[j.attempt for j in jobs], targets=[p[1] for p in out.published],
-                    target_ids=[p[2] for p in out.published],
-                )
-            for job, target, _tid, acked in out.published:
-                if job.id in due:
-                    m.relay_published_one(target, due[job.id] - (marked_at - acked))
-                else:
-                    log.warning("lease lost before the mark: job=%d key=%s attempt=%d", job.id,
-                                job.key, job.attempt, extra={"action": "lease_lost"})
-            self.stats["published"] += len(due)
-            out.published = []
-        if out.failed:
-            with self.db.statement("recording failed publishes") as conn:
-                db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed)
-            self.stats["failed"] += len(out.failed)
-            out.failed = []
-        while out.deferred:
-            job, delay, reason = out.deferred[0]
-            with self.db.statement("handing jobs back") as conn:
-                db.outbox_defer(conn, worker_id=self.relay_id, job_id=job.id,
-                                attempt=job.attempt, delay=delay, reason=reason)
-            self.stats["deferred"] += 1
-            out.deferred.pop(0)
-
-    # -- completion --------------------------------------------------------------------------
 
     def _poll_completions(self) -> None:
         asking = [name for name, t in self.targets.items()

@@ -146,6 +146,11 @@ class Metrics:
     def relay_failed(self, target: str) -> None:
         self.relay_failures.labels(target).inc()
 
+    def relay_settled(self, schedule: str | None, attempts: int) -> None:
+        """A relayed job is done with as far as cronkeeper runs it (published, or dead): its
+        attempts go to the same histogram as a worker's jobs (the fourth of the four numbers)."""
+        self.job_attempts.labels(schedule or "").observe(attempts)
+
 
 class NullMetrics(Metrics):
     """What ``current()`` returns when no metrics are served: every call does nothing."""
@@ -163,6 +168,7 @@ class NullMetrics(Metrics):
 
     def relay_published_one(self, target: str, lag_seconds: float) -> None: ...
     def relay_failed(self, target: str) -> None: ...
+    def relay_settled(self, schedule: str | None, attempts: int) -> None: ...
 
 
 class DatabaseCollector(Collector):

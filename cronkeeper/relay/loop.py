@@ -279,6 +279,7 @@ class Relay:
             except PublishError as exc:
                 m.relay_failed(route.target)
                 out.failed.append(self._failure(job, exc))
+                out.schedules[job.id] = job.schedule
                 log.warning("publish failed: job=%d key=%s attempt=%d target=%s error=%s", job.id,
                             job.key, job.attempt, route.target, exc,
                             extra={"action": "publish_failed"})
@@ -286,6 +287,7 @@ class Relay:
             except Exception as exc:  # noqa: BLE001 - a target bug must not lose the batch
                 m.relay_failed(route.target)
                 out.failed.append(self._failure(job, PublishError(f"{type(exc).__name__}: {exc}")))
+                out.schedules[job.id] = job.schedule
                 continue
             self._rest[route.target].reset()
             self._rest_until.pop(route.target, None)

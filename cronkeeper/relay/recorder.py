@@ -29,6 +29,7 @@ class Outcome:
     failed: list[db.Failure] = field(default_factory=list)
     deferred: list[tuple[db.OutboxJob, float, str]] = field(default_factory=list)
     # ^ job, delay, reason: handed back without counting the attempt
+    schedules: dict[int, str | None] = field(default_factory=dict)  # of the failed, by job id
 
 
 class Recorder:
@@ -92,6 +93,7 @@ class Recorder:
             for job, target, _tid, acked in out.published:
                 if job.id in due:
                     m.relay_published_one(target, due[job.id] - (marked_at - acked))
+                    m.relay_settled(job.schedule, job.attempt)
                 else:
                     log.warning("lease lost before the mark: job=%d key=%s attempt=%d", job.id,
                                 job.key, job.attempt, extra={"action": "lease_lost"})
@@ -99,7 +101,10 @@ class Recorder:
             out.published = []
         if out.failed:
             with self.db.statement("recording failed publishes") as conn:
-                db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed)
+                done = set(db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed))
+            for f in out.failed:
+                if f.state == "dead" and f.id in done:
+                    m.relay_settled(out.schedules.get(f.id), f.attempt)
             self.stats["failed"] += len(out.failed)
             out.failed = []
         while out.deferred:

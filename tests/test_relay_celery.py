@@ -10,6 +10,7 @@ relay`` processes, RabbitMQ and PostgreSQL: what docs/celery.md promises.
 
 from __future__ import annotations
 
+import os
 import signal
 
 import psycopg
@@ -87,38 +88,56 @@ def _doc_files() -> dict[str, str]:
     found = {}
     for block in re.findall(r"```toml\n(.*?)```", text, re.S):
         first, _, rest = block.partition("\n")
-        if first.startswith("# file: "):
-            found[first[len("# file: "):].strip()] = rest
+        for marker in ("# file: ", "# add to "):
+            if first.startswith(marker):
+                found[marker + first[len(marker):].strip()] = rest
     return found
 
 
 def test_replacing_celery_beat_as_documented(engine, schema, database_url, cluster, queue, tmp_path):
-    """docs/celery.md's steps: its schedule file and relay config, `validate`, one relay, two
-    `cronkeeper run`, the unchanged Celery worker. Every period the schedulers emitted reaches
-    the worker exactly once, under its key as task id."""
+    """docs/celery.md's steps on a real Celery app with a beat_schedule: `cronkeeper import
+    celery-beat` writes the files the page shows (compared as TOML data), the suggested relay
+    config becomes relay.toml, `validate` passes, then one relay, two `cronkeeper run` and the
+    unchanged Celery worker. Every period the schedulers emitted reaches the worker exactly
+    once, under its key as task id, with the beat entry's kwargs."""
     import subprocess
+    import tomllib
 
     from handlers_for_tests import cronkeeper_exe
-    from relay_helpers import celery_env
+    from relay_helpers import HERE, celery_env
 
-    files = _doc_files()
-    assert set(files) == {"schedules/billing.toml", "relay.toml"}, files.keys()
-    relay_toml = (files["relay.toml"].replace('app = "proj.celery:app"', 'app = "celery_app_for_tests:app"')
-                  .replace('queue = "billing"', f'queue = "{queue}"'))
-    assert relay_toml != files["relay.toml"]
-    (tmp_path / "schedules").mkdir()
-    write_schedules(tmp_path / "schedules", {"billing.toml": files["schedules/billing.toml"]})
-    config = write_config(tmp_path, relay_toml)
-    env = celery_env(database_url, schema, queue)
-    checked = subprocess.run([cronkeeper_exe(), "validate", "--relay-config", config,
-                              str(tmp_path / "schedules")], capture_output=True, text=True)
+    blocks = _doc_files()
+    doc = {k.removeprefix("# file: "): v for k, v in blocks.items() if k.startswith("# file: ")}
+    assert set(doc) == {"schedules/proj-celery-app.toml",
+                        "schedules/proj-celery-app.relay.toml.example"}, blocks.keys()
+    edit = blocks["# add to schedules/proj-celery-app.toml"]
+    env = {**os.environ, **celery_env(database_url, schema, queue)}
+    schedules = tmp_path / "schedules"
+    imported = subprocess.run([cronkeeper_exe(), "import", "celery-beat", "celery_app_for_tests:app",
+                               "--misfire", "catch_up", "-o", str(schedules)],
+                              capture_output=True, text=True, env=env, cwd=str(HERE))
+    assert imported.returncode == 0, imported.stderr
+    stem = "celery_app_for_tests-app"
+    written = {name: (schedules / name.replace("proj-celery-app", stem)).read_text()
+               for name in ("proj-celery-app.toml", "proj-celery-app.relay.toml.example")}
+    assert tomllib.loads(written["proj-celery-app.toml"]) == \
+        tomllib.loads(doc["schedules/proj-celery-app.toml"])
+    assert tomllib.loads(written["proj-celery-app.relay.toml.example"]) == tomllib.loads(
+        doc["schedules/proj-celery-app.relay.toml.example"].replace("proj.celery:app",
+                                                                     "celery_app_for_tests:app"))
+    with open(schedules / f"{stem}.toml", "a") as fh:  # the page's edit (one table: append)
+        fh.write("\n" + edit)
+    config = tmp_path / "relay.toml"
+    (schedules / f"{stem}.relay.toml.example").rename(config)
+    os.chmod(schedules, 0o755)
+    checked = subprocess.run([cronkeeper_exe(), "validate", "--relay-config", str(config),
+                              str(schedules)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     create_celery_tables(engine)
     celery = spawn_celery_worker(database_url, schema, queue)
-    relay = spawn_relay(database_url, schema, config, env=env)
-    daemons = [Daemon(url=database_url, schema=schema, cluster=cluster,
-                      schedules=tmp_path / "schedules", instance_id=f"vm{i}",
-                      log_dir=tmp_path).start() for i in (1, 2)]
+    relay = spawn_relay(database_url, schema, str(config), env=env)
+    daemons = [Daemon(url=database_url, schema=schema, cluster=cluster, schedules=schedules,
+                      instance_id=f"vm{i}", log_dir=tmp_path).start() for i in (1, 2)]
     try:
         wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox") >= 6, timeout=60,
                    message="six periods emitted")
@@ -138,14 +157,14 @@ def test_replacing_celery_beat_as_documented(engine, schema, database_url, clust
         stop(celery)
     delivered = _rows(engine, "SELECT task_id, key_header, schedule_header FROM celery_deliveries")
     assert sorted(d[0] for d in delivered) == sorted(emitted), relay_log  # exactly once each
-    assert all(d[0] == d[1] and d[2] == "billing-tick" for d in delivered)
+    assert all(d[0] == d[1] and d[2] == "tick" for d in delivered)
     assert scalar(engine, "SELECT count(*) FROM invoices_sent WHERE payload = "
-                  "'{\"source\": \"cronkeeper\"}'::jsonb") == len(emitted)
+                  "'{\"source\": \"beat\"}'::jsonb") == len(emitted)
     key = sorted(emitted)[0]
     story = subprocess.run([cronkeeper_exe(), "explain", key, "--database-url", database_url,
                             "--schema", schema], capture_output=True, text=True)
     assert story.returncode == 0, story.stderr
-    assert "publication: to celery-main as " + key in story.stdout
+    assert "publication: to celery as " + key in story.stdout
     assert "final state: published" in story.stdout
     assert " published by " in story.stdout
 

@@ -195,7 +195,7 @@ class Relay:
             return self._hand_back_ahead()
         if self._ahead is not None:
             ahead, self._ahead = self._ahead, None
-            jobs, claimed_at = ahead.result()
+            jobs, claimed_at = self._renewed(*ahead.result())
         else:
             jobs, claimed_at = self._claim()
         if len(jobs) == self.config.batch_size and not self._stopping.is_set():
@@ -203,6 +203,20 @@ class Relay:
         if jobs:
             self._publish_and_record(jobs, claimed_at)
         return len(jobs)
+
+    def _renewed(self, jobs: list[db.OutboxJob], claimed_at: float
+                 ) -> tuple[list[db.OutboxJob], float]:
+        """A batch claimed ahead waited while the previous one was published: renew its leases
+        (the workers' heartbeat statement) so its publishing budget starts now. A job whose
+        lease was lost meanwhile is left to whoever took it."""
+        if not jobs or clock.monotonic() - claimed_at < 1.0:
+            return jobs, claimed_at
+        renewed_at = clock.monotonic()
+        with self.db.statement("renewing leases") as conn:
+            kept = set(db.lease_extend(conn, worker_id=self.relay_id, ids=[j.id for j in jobs],
+                                       attempts=[j.attempt for j in jobs],
+                                       margin=self.config.lease))
+        return [j for j in jobs if j.id in kept], renewed_at
 
     def _hand_back_ahead(self) -> int:
         """Jobs claimed ahead that will not be published now go back uncounted."""

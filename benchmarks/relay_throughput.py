@@ -195,6 +195,8 @@ def main() -> None:
     parser.add_argument("--broker", default=None, help="default: the target's loopback broker")
     parser.add_argument("--tuned-batch-size", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds of pause before each run (the broker settles)")
     args = parser.parse_args()
     target = TARGETS[args.target]
     broker = args.broker or target.broker
@@ -205,11 +207,14 @@ def main() -> None:
         ("relay-tuned", lambda q: run_relay(url, target, broker, q, args.jobs,
                                             args.tuned_batch_size)),
     )
-    # Rounds interleave the systems, so a noisy neighbour slows all of them alike; the table
-    # gives each system's median round, and the ratio of medians.
+    # Rounds interleave the systems, so a noisy neighbour slows all of them alike, and rotate
+    # their order; before each run the broker gets a pause to finish deleting the previous
+    # run's queue (10,000 persistent messages), which otherwise slows whoever runs next: the
+    # floor, which starts publishing at once, more than a relay, which first fills an outbox.
     results: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in systems}
     for r in range(args.rounds):
-        for name, run in systems:
+        for name, run in systems[r % len(systems):] + systems[:r % len(systems)]:
+            time.sleep(args.settle)
             elapsed, lags = run(f"bench-{uuid.uuid4().hex[:8]}")
             results[name].append((args.jobs / elapsed, pct(lags, 50), pct(lags, 99)))
         print(f"round {r + 1}: " + ", ".join(f"{name} {results[name][-1][0]:.0f}/s"

@@ -10,7 +10,11 @@ last job is published and, for the relay, marked), and p50/p99 of the latency fr
 broker's acknowledgement of each job (the relay's ``cronkeeper_relay_publish_lag_seconds``
 values; for the floor, from the loop's start to each acknowledgement: every job was ready then).
 Prints the relay's ratio to the floor (target: at least 0.70). The systems run in interleaved
-rounds (``--rounds``, default 3) and the table shows each one's median round.
+rounds (``--rounds``, default 3) and the table shows each one's median round. On a shared,
+loaded machine the broker's confirm latency swings by 2x between consecutive runs, more than
+the relay's own cost; so the script also prints, per relay run, the share of its wall time spent
+inside the library's publish call: the relay's efficiency against the floor measured within the
+same run.
 
 Rows: ``floor`` (the library, at its best settings below), ``relay-defaults`` (the config's
 defaults: batch_size 100), ``relay-tuned`` (batch_size 1000).
@@ -134,6 +138,28 @@ def fill_outbox(url: str, schema: str, n: int) -> tuple[float, float]:
         return committed, float(offset) - (time.monotonic() - committed)
 
 
+SHARES: dict[int | None, list[float]] = {}  # per batch size: share of wall time in publish()
+
+
+def _time_publishes(targets: dict) -> list[float]:
+    """Wrap each target's publish to add up the seconds spent inside it: the library's own
+    publish call (what the floor does) as a share of the relay's wall time says how close the
+    relay runs to the floor at that moment's broker speed, whatever the neighbours do."""
+    total = [0.0]
+    for target in targets.values():
+        inner = target.publish
+
+        def timed(job, delivery, inner=inner):
+            start = time.monotonic()
+            try:
+                return inner(job, delivery)
+            finally:
+                total[0] += time.monotonic() - start
+
+        target.publish = timed
+    return total
+
+
 def run_relay(url: str, target: TargetBench, broker: str, queue: str, n: int,
               batch_size: int | None) -> tuple[float, list[float]]:
     schema = f"bench_relay_{uuid.uuid4().hex[:8]}"
@@ -149,7 +175,9 @@ def run_relay(url: str, target: TargetBench, broker: str, queue: str, n: int,
     try:
         committed, offset = fill_outbox(url, schema, n)
         config = load_config(fh.name)
-        relay = Relay(engine, config, build_targets(config), relay_id="bench-relay", schema=schema)
+        targets = build_targets(config)
+        in_publish = _time_publishes(targets)
+        relay = Relay(engine, config, targets, relay_id="bench-relay", schema=schema)
         thread = threading.Thread(target=relay.run, daemon=True)
         thread.start()
         with psycopg.connect(url, autocommit=True) as conn:
@@ -161,6 +189,7 @@ def run_relay(url: str, target: TargetBench, broker: str, queue: str, n: int,
         relay.stop()
         thread.join(30)
         assert len(capture.lags) == n, (len(capture.lags), n)
+        SHARES.setdefault(batch_size, []).append(in_publish[0] / elapsed)
         return elapsed, [lag - offset for lag in capture.lags]
     finally:
         metrics._current = None  # noqa: SLF001
@@ -228,6 +257,12 @@ def main() -> None:
         p50 = statistics.median(x[1] for x in results[name])
         p99 = statistics.median(x[2] for x in results[name])
         print(f"{name:<16}{rate:>10.0f}{p50 * 1000:>10.0f}{p99 * 1000:>10.0f}{rate / floor_rate:>10.2f}")
+    print("share of the relay's wall time spent inside the library's publish call (1.00: the "
+          "relay adds nothing to the floor's own work):")
+    for size, shares in SHARES.items():
+        name = "relay-defaults" if size is None else "relay-tuned"
+        print(f"  {name:<16}" + " ".join(f"{x:.2f}" for x in shares)
+              + f"  median {statistics.median(shares):.2f}")
 
 if __name__ == "__main__":
     main()

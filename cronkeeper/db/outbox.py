@@ -177,7 +177,7 @@ def outbox_next_due(
 ) -> float | None:
     """Seconds until the earliest available job that is not due yet (None: there is none), so
     an idle worker sleeps until then rather than a whole poll interval (index outbox_available)."""
-    params = {"tasks": tasks, "schedules": schedules, "exclude": []}
+    params = {"tasks": tasks, "schedules": schedules, "exclude": [], **_route_params(None)}
     return driver(conn).execute(_NEXT_DUE, params).fetchone()[0]
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -139,6 +139,14 @@ def spans(
 ) -> Iterator[tuple[ScheduleSpec, Trigger, datetime, datetime]]:
     """(spec, trigger, after, upto) for each version in force during the window: its periods
     are the trigger's fires with ``after < t <= upto``."""
+    for version, trigger, after, upto in version_spans(versions, since, until, triggers):
+        yield version.spec, trigger, after, upto  # type: ignore[misc]
+
+
+def version_spans(
+    versions: Sequence[Version], since: datetime, until: datetime, triggers: dict | None = None
+) -> Iterator[tuple[Version, Trigger, datetime, datetime]]:
+    """``spans`` with the version itself (its id keys caches of its fires)."""
     cache = triggers if triggers is not None else {}
     for i, version in enumerate(versions):
         if version.spec is None:
@@ -151,7 +159,17 @@ def spans(
         trigger = cache.get(version.version_id)
         if trigger is None:
             trigger = cache[version.version_id] = version.spec.trigger()
-        yield version.spec, trigger, after, upto
+        yield version, trigger, after, upto
+
+
+# (version id, trigger, after, upto) -> the fires in (after, upto] as whole Unix seconds,
+# ascending: ``fire_seconds`` by default; a long-running reader may pass a cache of them.
+FireSource = Callable[[int, Trigger, datetime, datetime], Iterable[int]]
+
+
+def _uncached(_version_id: int, trigger: Trigger, after: datetime, upto: datetime
+              ) -> Iterator[int]:
+    return fire_seconds(trigger, after, upto)
 
 
 def expected(
@@ -192,10 +210,12 @@ def audit_schedule(
     until: datetime,
     now: datetime,
     triggers: dict | None = None,
+    fires: FireSource | None = None,
 ) -> tuple[list[HistoryRow], Summary]:
     """Merge one schedule's expected periods with its records (both ascending by instant, one
     record per instant), up to ``min(until, now)``: nothing later is due. Written for speed:
-    a year of a minutely schedule is 525,600 rows."""
+    a year of a minutely schedule is 525,600 rows. ``fires`` computes each version's fires
+    (default ``fire_seconds``; the web passes its cache of them)."""
     until = min(until, now)
     owner = next((v.spec.owner for v in reversed(versions) if v.spec is not None), None)
     rows: list[HistoryRow] = []
@@ -207,9 +227,10 @@ def audit_schedule(
     row, fmt = HistoryRow, iso_second
     emitted, skipped = Status.EMITTED.value, Status.SKIPPED.value
     pending, missing = Status.PENDING.value, Status.MISSING.value
-    for spec, trigger, after, upto in spans(versions, since, until, triggers):
-        grace = spec.grace
-        for at in fire_seconds(trigger, after, upto):
+    source = fires or _uncached
+    for version, trigger, after, upto in version_spans(versions, since, until, triggers):
+        grace = version.spec.grace  # type: ignore[union-attr]
+        for at in source(version.version_id, trigger, after, upto):
             while rec is not None and rec[0] <= at:
                 r_at, outcome, reason, emitted_at, state, attempts = rec
                 if outcome == emitted:
@@ -242,6 +263,52 @@ def _recorded(schedule: str, rec: Record | tuple) -> HistoryRow:
         return HistoryRow(schedule, iso_second(at), outcome, reason, None, None, state, attempts)
     return HistoryRow(schedule, iso_second(at), outcome, reason, iso_unix(emitted_at),
                       round(emitted_at - at, 3), state, attempts)
+
+
+# A period's state in one letter, for readers that need only states (the web's filters):
+# E emitted, S skipped, D emitted and its job dead, R emitted and its job running,
+# P pending, M missing. ``state_letter`` gives it for a ``HistoryRow``.
+JOB_LETTER = {"dead": "D", "running": "R"}
+
+
+def state_letter(row: HistoryRow) -> str:
+    if row[2] == Status.EMITTED.value:
+        return JOB_LETTER.get(row[6] or "", "E")
+    return {"skipped": "S", "pending": "P", "missing": "M"}[row[2]]
+
+
+def audit_states(
+    versions: Sequence[Version],
+    records: Iterable[tuple[int, str]],
+    *,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    triggers: dict | None = None,
+    fires: FireSource | None = None,
+) -> list[tuple[int, str]]:
+    """``audit_schedule`` reduced to (instant, state letter) per row, same rows in the same
+    order, without formatting a row: records are (instant, letter) with letters E S D R, one
+    per instant. The sorted union of the expected fires and the records; an expected fire
+    without a record is pending or missing by its version's grace. Tests hold it to
+    ``audit_schedule`` row for row."""
+    until = min(until, now)
+    now_s = now.timestamp()
+    lo, hi = unix(since), unix(until)
+    got = dict(records)
+    out: dict[int, str] = {}
+    source = fires or _uncached
+    last = None
+    for version, trigger, after, upto in version_spans(versions, since, until, triggers):
+        edge = now_s - version.spec.grace  # type: ignore[union-attr]
+        for at in source(version.version_id, trigger, after, upto):
+            code = got.get(at)
+            out[at] = code or ("P" if at >= edge else "M")
+            last = at
+    for at, code in got.items():
+        if at not in out and ((last is not None and at <= last) or lo <= at <= hi):
+            out[at] = code
+    return sorted(out.items())
 
 
 def summarize(schedule: str, owner: str | None, rows: Iterable[HistoryRow]) -> Summary:

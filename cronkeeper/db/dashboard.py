@@ -72,30 +72,59 @@ def periods_windows(
     return out
 
 
-def periods_windows_with(
+PERIODS_WINDOW_STATES = """
+SELECT w.s, string_agg(floor(extract(epoch FROM p.scheduled_for))::int8::text, ','
+                       ORDER BY p.scheduled_for),
+       string_agg(CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, ''
+                  ORDER BY p.scheduled_for)
+FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
+              AND p.scheduled_for <= %(until)s
+GROUP BY w.s
+"""
+
+JOBS_WINDOW_DEAD_RUNNING = """
+SELECT DISTINCT ON (o.schedule, o.scheduled_for)
+       o.schedule, floor(extract(epoch FROM o.scheduled_for))::int8, o.state
+FROM (SELECT DISTINCT d.schedule, d.scheduled_for
+      FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+      JOIN outbox d ON d.schedule = w.s AND d.scheduled_for >= w.since
+                   AND d.scheduled_for <= %(until)s
+      WHERE d.state IN ('dead', 'running')) AS hit
+JOIN outbox o ON o.schedule = hit.schedule AND o.scheduled_for = hit.scheduled_for
+ORDER BY o.schedule, o.scheduled_for, o.id
+"""
+
+
+def periods_window_states(
     conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
-    until: datetime, *, outcome: str, job_state: str | None = None,
-) -> set[str]:
-    """The schedules with at least one recorded period of ``outcome`` (and, when given, whose
-    job is in ``job_state``) in their window: the same scans as ``periods_windows``, but only
-    a name comes back per schedule. A superset test for the state filters of recorded
-    states; the audit decides."""
+    until: datetime, *, jobs: bool = True,
+) -> dict[str, list[tuple[int, str]]]:
+    """Each schedule's recorded periods in ``[since, until]`` as (Unix second, letter),
+    ascending, the letters of ``audit.audit_states``: S skipped, E emitted, D or R when the
+    period's job (its first, as ``periods_windows`` joins it) is dead or running; without
+    ``jobs``, emitted periods are all E (enough to find missing ones). Only states, for
+    the page's state filters: each schedule's periods come back as one row of two strings
+    (a range scan of ``periods_pkey`` per schedule), and the jobs looked up are only the dead
+    and running ones (the ``outbox_dead`` and ``outbox_running_lease`` partial indexes
+    narrowed to the window through ``outbox_schedule_period``)."""
+    out: dict[str, list[tuple[int, str]]] = {name: [] for name, _ in windows}
     if not windows:
-        return set()
-    rows = raw(conn).execute(
-        """
-        SELECT w.s FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-        WHERE EXISTS (
-            SELECT 1 FROM periods p
-            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
-            WHERE p.schedule = w.s AND p.scheduled_for >= w.since
-              AND p.scheduled_for <= %(until)s AND p.outcome = %(outcome)s
-              AND (%(job)s::text IS NULL OR o.state = %(job)s))
-        """,
-        {"names": [n for n, _ in windows], "sinces": [s for _, s in windows], "until": until,
-         "outcome": outcome, "job": job_state},
-    ).fetchall()
-    return {r[0] for r in rows}
+        return out
+    params = {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
+              "until": until}
+    db = raw(conn)
+    for name, instants, letters in db.execute(PERIODS_WINDOW_STATES, params):
+        out[name] = list(zip(map(int, instants.split(",")), letters, strict=True))
+    if jobs:
+        marks: dict[str, dict[int, str]] = {}
+        for name, at, state in db.execute(JOBS_WINDOW_DEAD_RUNNING, params):
+            if state in ("dead", "running"):
+                marks.setdefault(name, {})[at] = "D" if state == "dead" else "R"
+        for name, found in marks.items():
+            out[name] = [(at, found.get(at, code) if code == "E" else code)
+                         for at, code in out[name]]
+    return out
 
 
 def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> list[dict[str, Any]]:

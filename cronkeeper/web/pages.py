@@ -10,18 +10,25 @@ from itertools import islice
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from cronkeeper.audit import DEFAULT_RETENTION_DAYS, Version, records_from_rows, versions_from_rows
+from cronkeeper.audit import (
+    DEFAULT_RETENTION_DAYS,
+    Version,
+    audit_states,
+    records_from_rows,
+    versions_from_rows,
+)
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
+from cronkeeper.web.fires import FireCache
 from cronkeeper.web.strip import (
+    LETTER,
     CellState,
     Strip,
     build_strip,
     relative,
-    state_of,
     strip_from_rows,
     strip_rows,
     utc,
@@ -30,9 +37,9 @@ from cronkeeper.web.strip import (
 from cronkeeper.web.svg import strip_svg
 
 PER_PAGE = 100
-# States a strip shows only for a recorded period: (outcome, job state) that must exist.
-RECORDED_STATES = {"emitted": ("emitted", None), "skipped": ("skipped", None),
-                   "dead": ("emitted", "dead"), "running": ("emitted", "running")}
+# Filters whose answer depends on the jobs' states (an emitted period whose job is dead is
+# drawn dead, not emitted); the others need only the periods.
+JOB_FILTERS = {CellState.EMITTED, CellState.DEAD, CellState.RUNNING}
 LIVE_WITHIN = 30.0  # seconds: an instance whose heartbeat is older is marked stale
 FAR = datetime(9999, 1, 1, tzinfo=UTC)
 
@@ -41,14 +48,17 @@ class VersionsCache:
     """Parsed schedule versions, kept between requests: parsing ten thousand stored specs costs
     more than the page. ``schedule_versions`` is only ever appended to, so a request reads just
     the rows added since (an empty range scan when nothing changed) and parses those; when the
-    row count says rows went away (a hand edit), it reads everything again. Trigger objects are
-    kept per version id too."""
+    row count says rows went away (a hand edit), it reads everything again. Trigger objects,
+    each version's expected fires (``FireCache``) and its period length are kept per version
+    id too: a version id never changes meaning, so none of them needs invalidating."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._stamp: tuple[int, int] = (0, 0)
         self._versions: dict[str, list[Version]] = {}
         self.triggers: dict = {}
+        self.lengths: dict = {}
+        self.fires = FireCache()
 
     def get(self, conn: Any) -> dict[str, list[Version]]:
         stamp = dbd.versions_stamp(conn)
@@ -59,7 +69,8 @@ class VersionsCache:
             fresh = dbd.versions_after(conn, top) if stamp[0] >= top else []
             if stamp[0] < top or count + len(fresh) != stamp[1]:
                 self._versions = versions_from_rows(dba.versions_all(conn))
-                self.triggers = {}
+                self.triggers, self.lengths = {}, {}
+                self.fires.clear()
             else:
                 merged = {name: list(vs) for name, vs in self._versions.items()}
                 for name, added in versions_from_rows(fresh).items():
@@ -103,29 +114,30 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         if state == "paused":
             names = [n for n in names if paused.get(n)]
         first = (page - 1) * per_page
-        strip_state = state if state in {s.value for s in CellState} else None
+        strip_state = CellState(state) if state in {s.value for s in CellState} else None
         chosen = names if strip_state else names[first:first + per_page]
-        windows = [(n, window_start(current[n], now, periods, retention_days, cache.triggers))
+        windows = [(n, window_start(current[n], now, periods, retention_days, cache.triggers,
+                                    cache.lengths))
                    for n in chosen]
-        recorded = RECORDED_STATES.get(strip_state or "")
-        if recorded:  # only schedules with such a record can show such a cell
-            holders = dbd.periods_windows_with(conn, windows, now, outcome=recorded[0],
-                                               job_state=recorded[1])
-            windows = [w for w in windows if w[0] in holders]
-            names = [n for n in names if n in holders]
-        records = dbd.periods_windows(conn, windows, now)
-        audited = {name: strip_rows(name, current[name], records_from_rows(records[name]),
-                                    since=since, now=now, periods=periods,
-                                    triggers=cache.triggers)
-                   for name, since in windows}
         if strip_state:  # the filter needs every schedule's states, not their drawings
-            wanted = CellState(strip_state)
-            names = [n for n in names if any(state_of(r) is wanted for r in audited[n])]
+            states = dbd.periods_window_states(conn, windows, now,
+                                               jobs=strip_state in JOB_FILTERS)
+            wanted = LETTER[strip_state]  # the audit's state letters are the strip's
+            names = [n for n, since in windows if any(
+                letter == wanted for _, letter in audit_states(
+                    current[n], states[n], since=since, until=now, now=now,
+                    triggers=cache.triggers, fires=cache.fires)[-periods:])]
             shown = names[first:first + per_page]
+            since_of = dict(windows)
+            windows = [(n, since_of[n]) for n in shown]
         else:
             shown = chosen
-        strips: dict[str, Strip] = {n: strip_from_rows(n, current[n], audited[n])
-                                    for n in shown}
+        records = dbd.periods_windows(conn, windows, now)
+        strips: dict[str, Strip] = {
+            name: strip_from_rows(name, current[name], strip_rows(
+                name, current[name], records_from_rows(records[name]), since=since, now=now,
+                periods=periods, triggers=cache.triggers, fires=cache.fires))
+            for name, since in windows}
         latest = dba.periods_latest(conn, shown)
         conn.rollback()
     rows = []
@@ -206,13 +218,14 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
             conn.rollback()
             return None
         end = min(until, now) if until else now
-        since = window_start(versions, end, periods, retention_days, cache.triggers)
+        since = window_start(versions, end, periods, retention_days, cache.triggers,
+                             cache.lengths)
         records = dbd.periods_windows(conn, [(name, since)], end)[name]
         latest = dba.periods_latest(conn, [name]).get(name)
         paused = bool(dba.controls_all(conn).get(name))
         conn.rollback()
     strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,
-                        until=end, periods=periods, triggers=cache.triggers)
+                        until=end, periods=periods, triggers=cache.triggers, fires=cache.fires)
     current = versions[-1]
     listed = []
     for i, v in enumerate(versions):

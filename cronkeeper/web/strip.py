@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
-from cronkeeper.audit import HistoryRow, Version, audit_schedule, period_seconds
+from cronkeeper.audit import FireSource, HistoryRow, Version, audit_schedule
 
 DEFAULT_PERIODS = 48
 MAX_PERIODS = 500
@@ -71,10 +71,13 @@ class Strip:
 
 
 def window_start(versions: Sequence[Version], now: datetime, periods: int,
-                 retention_days: float, triggers: dict | None = None) -> datetime:
+                 retention_days: float, triggers: dict | None = None,
+                 lengths: dict | None = None) -> datetime:
     """Where to start auditing so the window holds the last ``periods`` periods of the spec in
     force (a margin for irregular crons), never before the retention horizon. ``triggers``
-    caches trigger objects by version id, as ``audit_schedule`` does."""
+    caches trigger objects by version id, as ``audit_schedule`` does; ``lengths`` caches the
+    period length by version id with the next fire it was measured at, valid until then (the
+    next fire after any instant before it is that same fire)."""
     last = versions[-1]
     current = last.spec
     horizon = now - timedelta(days=retention_days)
@@ -85,7 +88,16 @@ def window_start(versions: Sequence[Version], now: datetime, periods: int,
         trigger = triggers.get(last.version_id)
         if trigger is None:
             trigger = triggers[last.version_id] = current.trigger()
-    length = period_seconds(current, now, trigger) or 86400.0
+    known = lengths.get(last.version_id) if lengths is not None else None
+    if known is not None and known[0] is not None and now < known[0]:
+        length = known[1]
+    else:
+        trig = trigger or current.trigger()
+        following = trig.next_fire(now)  # as ``audit.period_seconds``, keeping the first fire
+        second = trig.next_fire(following) if following else None
+        length = (second - following).total_seconds() if second else 86400.0
+        if lengths is not None:
+            lengths[last.version_id] = (following, length)
     try:
         start = now - timedelta(seconds=length * (periods + 2) * 1.25)
     except OverflowError:
@@ -126,19 +138,21 @@ def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
 
 def strip_rows(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
                since: datetime, now: datetime, until: datetime | None = None,
-               periods: int = DEFAULT_PERIODS, triggers: dict | None = None) -> list[HistoryRow]:
+               periods: int = DEFAULT_PERIODS, triggers: dict | None = None,
+               fires: FireSource | None = None) -> list[HistoryRow]:
     """The audit's rows of the last ``periods`` periods up to ``until`` (default: now)."""
     rows, _ = audit_schedule(schedule, versions, records, since=since, until=until or now,
-                             now=now, triggers=triggers)
+                             now=now, triggers=triggers, fires=fires)
     return rows[-periods:] if periods else []
 
 
 def build_strip(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
                 since: datetime, now: datetime, until: datetime | None = None,
-                periods: int = DEFAULT_PERIODS, triggers: dict | None = None) -> Strip:
+                periods: int = DEFAULT_PERIODS, triggers: dict | None = None,
+                fires: FireSource | None = None) -> Strip:
     """The last ``periods`` periods up to ``until`` (default: now), judged by the audit."""
     rows = strip_rows(schedule, versions, records, since=since, now=now, until=until,
-                      periods=periods, triggers=triggers)
+                      periods=periods, triggers=triggers, fires=fires)
     return strip_from_rows(schedule, versions, rows)
 
 

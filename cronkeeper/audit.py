@@ -279,36 +279,51 @@ def state_letter(row: HistoryRow) -> str:
 
 def audit_states(
     versions: Sequence[Version],
-    records: Iterable[tuple[int, str]],
+    records: Mapping[int, str] | Iterable[tuple[int, str]],
     *,
     since: datetime,
     until: datetime,
     now: datetime,
     triggers: dict | None = None,
     fires: FireSource | None = None,
+    last: int | None = None,
 ) -> list[tuple[int, str]]:
     """``audit_schedule`` reduced to (instant, state letter) per row, same rows in the same
-    order, without formatting a row: records are (instant, letter) with letters E S D R, one
-    per instant. The sorted union of the expected fires and the records; an expected fire
-    without a record is pending or missing by its version's grace. Tests hold it to
-    ``audit_schedule`` row for row."""
+    order (the ``last`` ones only, when given), without formatting a row. Records are
+    instant -> letter (E S D R), in any order. The rows are the sorted union of
+    the expected fires and the records; an expected fire without a record is pending or
+    missing by its version's grace. Tests hold it to ``audit_schedule`` row for row."""
     until = min(until, now)
     now_s = now.timestamp()
     lo, hi = unix(since), unix(until)
-    got = dict(records)
-    out: dict[int, str] = {}
+    got = records if isinstance(records, dict) else dict(records)
     source = fires or _uncached
-    last = None
-    for version, trigger, after, upto in version_spans(versions, since, until, triggers):
-        edge = now_s - version.spec.grace  # type: ignore[union-attr]
-        for at in source(version.version_id, trigger, after, upto):
-            code = got.get(at)
-            out[at] = code or ("P" if at >= edge else "M")
-            last = at
-    for at, code in got.items():
-        if at not in out and ((last is not None and at <= last) or lo <= at <= hi):
-            out[at] = code
-    return sorted(out.items())
+    parts = [(source(version.version_id, trigger, after, upto),
+              now_s - version.spec.grace)  # type: ignore[union-attr]
+             for version, trigger, after, upto in version_spans(versions, since, until,
+                                                                 triggers)]
+    edges: dict[int, float] = {}
+    edge = 0.0
+    if len(parts) == 1:
+        union, edge = set(parts[0][0]), parts[0][1]
+    else:  # each version's fires are judged by its own grace
+        for fired, its_edge in parts:
+            edges.update(dict.fromkeys(fired, its_edge))
+        union = set(edges)
+    last_expected = max(union) if union else None
+    for at in got:  # a record after the last fire counts only inside the window (as audited)
+        if (last_expected is not None and at <= last_expected) or lo <= at <= hi:
+            union.add(at)
+    rows = sorted(union)
+    if last is not None:
+        rows = rows[-last:] if last else []
+    out = []
+    for at in rows:
+        code = got.get(at)
+        if code is None:
+            code = "P" if at >= edges.get(at, edge) else "M"
+        out.append((at, code))
+    return out
 
 
 def summarize(schedule: str, owner: str | None, rows: Iterable[HistoryRow]) -> Summary:

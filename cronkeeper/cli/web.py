@@ -54,7 +54,7 @@ def web_command(database_url, schema, cluster, address, allow_actions, token_fil
     db = open_database(database_url, schema, application_name="cronkeeper-web")
     config = WebConfig.make(host, port, token, allow_actions, allowed_hosts, periods)
     cache = VersionsCache()
-    cache.warm(db.engine)  # parse the stored schedule versions once, before the first visitor
+    cache.warm(db.engine, periods)  # parse versions, compute fires, before the first visitor
     app = wsgi(Context(db.engine, schema, cluster, redact(db.url), config, cache))
     try:
         server = waitress.create_server(app, host=host, port=port, threads=threads,

@@ -73,10 +73,16 @@ def periods_windows(
 
 
 PERIODS_WINDOW_STATES = """
-SELECT w.s, string_agg(floor(extract(epoch FROM p.scheduled_for))::int8::text, ','
-                       ORDER BY p.scheduled_for),
-       string_agg(CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, ''
-                  ORDER BY p.scheduled_for)
+SELECT w.s, string_agg(floor(date_part('epoch', p.scheduled_for))::int8::text
+                       || CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, ',')
+FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
+              AND p.scheduled_for <= %(until)s
+GROUP BY w.s
+"""
+
+PERIODS_WINDOW_INSTANTS = """
+SELECT w.s, string_agg(floor(date_part('epoch', p.scheduled_for))::int8::text, ',')
 FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
 JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
               AND p.scheduled_for <= %(until)s
@@ -84,46 +90,45 @@ GROUP BY w.s
 """
 
 JOBS_WINDOW_DEAD_RUNNING = """
-SELECT DISTINCT ON (o.schedule, o.scheduled_for)
-       o.schedule, floor(extract(epoch FROM o.scheduled_for))::int8, o.state
-FROM (SELECT DISTINCT d.schedule, d.scheduled_for
-      FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-      JOIN outbox d ON d.schedule = w.s AND d.scheduled_for >= w.since
-                   AND d.scheduled_for <= %(until)s
-      WHERE d.state IN ('dead', 'running')) AS hit
-JOIN outbox o ON o.schedule = hit.schedule AND o.scheduled_for = hit.scheduled_for
-ORDER BY o.schedule, o.scheduled_for, o.id
+SELECT d.schedule, floor(extract(epoch FROM d.scheduled_for))::int8, d.state
+FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+JOIN outbox d ON d.schedule = w.s AND d.scheduled_for >= w.since
+             AND d.scheduled_for <= %(until)s
+WHERE d.state IN ('dead', 'running')
+  AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.schedule = d.schedule
+                  AND e.scheduled_for = d.scheduled_for AND e.id < d.id)
 """
 
 
 def periods_window_states(
     conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
-    until: datetime, *, jobs: bool = True,
-) -> dict[str, list[tuple[int, str]]]:
-    """Each schedule's recorded periods in ``[since, until]`` as (Unix second, letter),
-    ascending, the letters of ``audit.audit_states``: S skipped, E emitted, D or R when the
-    period's job (its first, as ``periods_windows`` joins it) is dead or running; without
-    ``jobs``, emitted periods are all E (enough to find missing ones). Only states, for
-    the page's state filters: each schedule's periods come back as one row of two strings
-    (a range scan of ``periods_pkey`` per schedule), and the jobs looked up are only the dead
-    and running ones (the ``outbox_dead`` and ``outbox_running_lease`` partial indexes
-    narrowed to the window through ``outbox_schedule_period``)."""
-    out: dict[str, list[tuple[int, str]]] = {name: [] for name, _ in windows}
+    until: datetime, *, outcomes: bool = True, jobs: bool = True,
+) -> dict[str, dict[int, str]]:
+    """Each schedule's recorded periods in ``[since, until]`` as Unix second -> letter (in
+    no particular order: ``audit_states`` sorts), the letters of ``audit.audit_states``: S skipped, E emitted, D or R when the
+    period's job (its first, as ``periods_windows`` joins it) is dead or running. Without
+    ``jobs`` emitted periods are all E; without ``outcomes`` every period is E (which
+    periods were recorded is all a missing or pending filter needs: an index-only scan).
+    For the page's state filters: one row of strings per schedule (a range of
+    ``periods_pkey``), and of the outbox only the dead and running jobs, each checked to be
+    its period's first job through ``outbox_schedule_period``."""
+    out: dict[str, dict[int, str]] = {name: {} for name, _ in windows}
     if not windows:
         return out
     params = {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
               "until": until}
     db = raw(conn)
-    for name, instants, letters in db.execute(PERIODS_WINDOW_STATES, params):
-        out[name] = list(zip(map(int, instants.split(",")), letters, strict=True))
-    if jobs:
-        marks: dict[str, dict[int, str]] = {}
+    if outcomes:
+        for name, items in db.execute(PERIODS_WINDOW_STATES, params):
+            out[name] = {int(item[:-1]): item[-1] for item in items.split(",")}
+    else:
+        for name, instants in db.execute(PERIODS_WINDOW_INSTANTS, params):
+            out[name] = dict.fromkeys(map(int, instants.split(",")), "E")
+    if outcomes and jobs:
         for name, at, state in db.execute(JOBS_WINDOW_DEAD_RUNNING, params):
-            if state in ("dead", "running"):
-                marks.setdefault(name, {})[at] = "D" if state == "dead" else "R"
-        for name, found in marks.items():
-            out[name] = [(at, found.get(at, code) if code == "E" else code)
-                         for at, code in out[name]]
+            periods = out[name]
+            if periods.get(at) == "E":
+                periods[at] = "D" if state == "dead" else "R"
     return out
 
 

@@ -6,7 +6,9 @@ schedules page asks, for each of 10,000 schedules, for the fires of the last ~60
 now; computing them from the trigger on every request was a third of a state filter's time.
 ``FireCache`` keeps, per version id, the fires of one interval ``[lo, hi]`` (whole Unix
 seconds) and answers a request inside it by bisection; a request that reaches past ``hi`` (the
-window slid forward with time) computes only the new fires and appends them; one that starts
+window slid forward with time) computes only the new fires and appends them, and computes
+ahead (a window's length, at least an hour: fires are known in advance), so the next requests
+usually compute nothing; one that starts
 before ``lo`` recomputes the entry. The front is dropped when it grows past what is asked, so
 an entry holds about one window. A version change needs no invalidation: the new version has
 its own id and the audit asks the old one only for fires up to the new version's start.
@@ -21,6 +23,8 @@ from datetime import UTC, datetime
 
 from cronkeeper.audit import fire_seconds
 from cronkeeper.timing import Trigger
+
+AHEAD = 3600  # seconds of fires computed past what is asked, at least
 
 
 def _at(seconds: int) -> datetime:
@@ -43,19 +47,21 @@ class FireCache:
         with self._lock:
             entry = self._entries.get(version_id)
         if entry is None or first < entry[0]:
-            fires = list(fire_seconds(trigger, _at(first - 1), _at(last)))
-            lo, hi = first, last
+            hi = last + max(AHEAD, last - first)
+            fires = list(fire_seconds(trigger, _at(first - 1), _at(hi)))
+            lo = first
             self.computed += len(fires)
         else:
             lo, hi, fires = entry
-            if last > hi:
-                added = list(fire_seconds(trigger, _at(hi), _at(last)))
+            if last > hi:  # computed ahead: the next requests' windows end a little later
+                ahead = last + max(AHEAD, last - first)
+                added = list(fire_seconds(trigger, _at(hi), _at(ahead)))
                 self.computed += len(added)
                 start = bisect_left(fires, first)
                 if start > len(fires) // 2:  # the window slid: forget what it left behind
                     fires, lo = fires[start:], first
                 fires = fires + added  # a new list: a reader may hold the old one
-                hi = last
+                hi = ahead
         with self._lock:
             self._entries[version_id] = (lo, hi, fires)
         return fires[bisect_left(fires, first):bisect_right(fires, last)]

@@ -40,6 +40,8 @@ PER_PAGE = 100
 # Filters whose answer depends on the jobs' states (an emitted period whose job is dead is
 # drawn dead, not emitted); the others need only the periods.
 JOB_FILTERS = {CellState.EMITTED, CellState.DEAD, CellState.RUNNING}
+# Filters on periods that have no record: which periods were recorded is all they need.
+UNRECORDED = {CellState.MISSING, CellState.PENDING}
 LIVE_WITHIN = 30.0  # seconds: an instance whose heartbeat is older is marked stale
 FAR = datetime(9999, 1, 1, tzinfo=UTC)
 
@@ -81,13 +83,21 @@ class VersionsCache:
             self._stamp = stamp
             return self._versions
 
-    def warm(self, engine: Any) -> int:
-        """Read and parse every version now (at start), so no visitor waits for it."""
+    def warm(self, engine: Any, periods: int = 48,
+             retention_days: float = DEFAULT_RETENTION_DAYS) -> int:
+        """Read and parse every version now (at start), and compute each schedule's window
+        and expected fires, so no visitor waits for them (the first state filter would)."""
         with translate_errors("reading the schedules"), engine.connect() as conn:
-            dba.session_utc(conn)
-            count = len(self.get(conn))
+            now = dba.session_utc(conn)
+            versions = self.get(conn)
             conn.rollback()
-        return count
+        for vs in versions.values():
+            if vs[-1].spec is not None:
+                since = window_start(vs, now, periods, retention_days, self.triggers,
+                                     self.lengths)
+                audit_states(vs, {}, since=since, until=now, now=now, triggers=self.triggers,
+                             fires=self.fires, last=periods)
+        return len(versions)
 
 
 def _local(when: datetime | None, zone: ZoneInfo) -> str | None:
@@ -120,13 +130,14 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
                                     cache.lengths))
                    for n in chosen]
         if strip_state:  # the filter needs every schedule's states, not their drawings
-            states = dbd.periods_window_states(conn, windows, now,
-                                               jobs=strip_state in JOB_FILTERS)
+            states = dbd.periods_window_states(
+                conn, windows, now, outcomes=strip_state not in UNRECORDED,
+                jobs=strip_state in JOB_FILTERS)
             wanted = LETTER[strip_state]  # the audit's state letters are the strip's
             names = [n for n, since in windows if any(
                 letter == wanted for _, letter in audit_states(
                     current[n], states[n], since=since, until=now, now=now,
-                    triggers=cache.triggers, fires=cache.fires)[-periods:])]
+                    triggers=cache.triggers, fires=cache.fires, last=periods))]
             shown = names[first:first + per_page]
             since_of = dict(windows)
             windows = [(n, since_of[n]) for n in shown]

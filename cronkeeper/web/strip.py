@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from cronkeeper.audit import FireSource, HistoryRow, Version, audit_schedule
@@ -108,17 +109,25 @@ def window_start(versions: Sequence[Version], now: datetime, periods: int,
 def state_of(row: HistoryRow) -> CellState:
     if row.status == "emitted":
         return _JOB_STATE.get(row.job_state or "", CellState.EMITTED)
-    return CellState(row.status)
+    return _STATUS[row.status]
 
 
 _JOB_STATE = {"dead": CellState.DEAD, "running": CellState.RUNNING}
+_STATUS = {s.value: s for s in CellState}
+
+
+@lru_cache(maxsize=1 << 16)
+def _local(scheduled_for: str, zone: ZoneInfo) -> tuple[str, str]:
+    """(tooltip text, ISO text) of a UTC instant in a zone: the same few thousand instants
+    recur across schedules of one zone and across requests, and formatting them was a
+    sixth of a 10,000-row page."""
+    local = datetime.fromisoformat(scheduled_for.replace("Z", "+00:00")).astimezone(zone)
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)"), local.isoformat()
 
 
 def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
     state, reason = state_of(row), row.reason
-    at = datetime.fromisoformat(row.scheduled_for.replace("Z", "+00:00"))
-    local = at.astimezone(zone)
-    local_text = local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)")
+    local_text, local_iso = _local(row.scheduled_for, zone)
     title = f"{local_text}, {row.scheduled_for}: {state.value}"
     if state is CellState.SKIPPED:
         title += f" (reason: {reason or 'unknown'})"
@@ -132,8 +141,7 @@ def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
             title += f" after {row.attempts} attempt{'s' if row.attempts != 1 else ''}"
     if row.lag_seconds is not None:
         title += f"; lag {row.lag_seconds:g}s"
-    return Cell(row.scheduled_for, state, reason, row.job_state, row.attempts,
-                local.isoformat(), title)
+    return Cell(row.scheduled_for, state, reason, row.job_state, row.attempts, local_iso, title)
 
 
 def strip_rows(schedule: str, versions: Sequence[Version], records: Sequence[tuple], *,
@@ -162,7 +170,7 @@ def strip_from_rows(schedule: str, versions: Sequence[Version],
     zone = ZoneInfo(current.timezone if current else "UTC")
     cells = tuple(cell_of(r, zone) for r in rows)
     marks = []
-    if cells:
+    if cells and len(versions) > 1:
         instants = [datetime.fromisoformat(c.scheduled_for.replace("Z", "+00:00")) for c in cells]
         for version in versions[1:]:
             first = next((i for i, t in enumerate(instants) if t > version.active_from), None)

@@ -167,7 +167,7 @@ def version_spans(
 FireSource = Callable[[int, Trigger, datetime, datetime], Iterable[int]]
 
 
-def _uncached(_version_id: int, trigger: Trigger, after: datetime, upto: datetime
+def uncached_fires(_version_id: int, trigger: Trigger, after: datetime, upto: datetime
               ) -> Iterator[int]:
     return fire_seconds(trigger, after, upto)
 
@@ -227,7 +227,7 @@ def audit_schedule(
     row, fmt = HistoryRow, iso_second
     emitted, skipped = Status.EMITTED.value, Status.SKIPPED.value
     pending, missing = Status.PENDING.value, Status.MISSING.value
-    source = fires or _uncached
+    source = fires or uncached_fires
     for version, trigger, after, upto in version_spans(versions, since, until, triggers):
         grace = version.spec.grace  # type: ignore[union-attr]
         for at in source(version.version_id, trigger, after, upto):
@@ -263,67 +263,6 @@ def _recorded(schedule: str, rec: Record | tuple) -> HistoryRow:
         return HistoryRow(schedule, iso_second(at), outcome, reason, None, None, state, attempts)
     return HistoryRow(schedule, iso_second(at), outcome, reason, iso_unix(emitted_at),
                       round(emitted_at - at, 3), state, attempts)
-
-
-# A period's state in one letter, for readers that need only states (the web's filters):
-# E emitted, S skipped, D emitted and its job dead, R emitted and its job running,
-# P pending, M missing. ``state_letter`` gives it for a ``HistoryRow``.
-JOB_LETTER = {"dead": "D", "running": "R"}
-
-
-def state_letter(row: HistoryRow) -> str:
-    if row[2] == Status.EMITTED.value:
-        return JOB_LETTER.get(row[6] or "", "E")
-    return {"skipped": "S", "pending": "P", "missing": "M"}[row[2]]
-
-
-def audit_states(
-    versions: Sequence[Version],
-    records: Mapping[int, str] | Iterable[tuple[int, str]],
-    *,
-    since: datetime,
-    until: datetime,
-    now: datetime,
-    triggers: dict | None = None,
-    fires: FireSource | None = None,
-    last: int | None = None,
-) -> list[tuple[int, str]]:
-    """``audit_schedule`` reduced to (instant, state letter) per row, same rows in the same
-    order (the ``last`` ones only, when given), without formatting a row. Records are
-    instant -> letter (E S D R), in any order. The rows are the sorted union of
-    the expected fires and the records; an expected fire without a record is pending or
-    missing by its version's grace. Tests hold it to ``audit_schedule`` row for row."""
-    until = min(until, now)
-    now_s = now.timestamp()
-    lo, hi = unix(since), unix(until)
-    got = records if isinstance(records, dict) else dict(records)
-    source = fires or _uncached
-    parts = [(source(version.version_id, trigger, after, upto),
-              now_s - version.spec.grace)  # type: ignore[union-attr]
-             for version, trigger, after, upto in version_spans(versions, since, until,
-                                                                 triggers)]
-    edges: dict[int, float] = {}
-    edge = 0.0
-    if len(parts) == 1:
-        union, edge = set(parts[0][0]), parts[0][1]
-    else:  # each version's fires are judged by its own grace
-        for fired, its_edge in parts:
-            edges.update(dict.fromkeys(fired, its_edge))
-        union = set(edges)
-    last_expected = max(union) if union else None
-    for at in got:  # a record after the last fire counts only inside the window (as audited)
-        if (last_expected is not None and at <= last_expected) or lo <= at <= hi:
-            union.add(at)
-    rows = sorted(union)
-    if last is not None:
-        rows = rows[-last:] if last else []
-    out = []
-    for at in rows:
-        code = got.get(at)
-        if code is None:
-            code = "P" if at >= edges.get(at, edge) else "M"
-        out.append((at, code))
-    return out
 
 
 def summarize(schedule: str, owner: str | None, rows: Iterable[HistoryRow]) -> Summary:

@@ -20,11 +20,10 @@ from cronkeeper.audit import (
     Record,
     Version,
     audit_schedule,
-    audit_states,
     fire_seconds,
-    state_letter,
     unix,
 )
+from cronkeeper.period_states import audit_states, state_letter
 from cronkeeper.spec.model import Misfire, ScheduleSpec
 from cronkeeper.web.fires import FireCache
 from cronkeeper.web.strip import CellState

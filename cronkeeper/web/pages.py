@@ -13,13 +13,13 @@ from zoneinfo import ZoneInfo
 from cronkeeper.audit import (
     DEFAULT_RETENTION_DAYS,
     Version,
-    audit_states,
     records_from_rows,
     versions_from_rows,
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.engine import translate_errors
+from cronkeeper.period_states import audit_states
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
 from cronkeeper.web.fires import FireCache

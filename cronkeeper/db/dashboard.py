@@ -15,6 +15,13 @@ import sqlalchemy as sa
 from cronkeeper.db.audit import raw
 
 
+def snapshot_one(conn: sa.Connection | psycopg.Connection) -> None:
+    """The rest of this transaction reads one snapshot (REPEATABLE READ, read only): a page
+    that reads the same periods twice (a state filter, then the shown strips) sees them
+    once. The first statement of the transaction."""
+    raw(conn).execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
 def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
     """(highest id, row count) of ``schedule_versions``: versions are only ever appended, so an
     unchanged stamp means the parsed versions a reader keeps are still current. An index-only

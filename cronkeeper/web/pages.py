@@ -115,6 +115,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
     (``missing``, ``dead``, ... or ``paused``) looks at every schedule's strip; without one,
     only the shown page's strips are computed."""
     with translate_errors("reading the schedules"), engine.connect() as conn:
+        dbd.snapshot_one(conn)  # the filter and the strips it lets through read the same rows
         now = dba.session_utc(conn)
         versions = cache.get(conn)
         current = {n: v for n, v in versions.items() if v[-1].spec is not None}

@@ -80,8 +80,8 @@ def periods_windows(
 
 
 PERIODS_WINDOW_STATES = """
-SELECT w.s, string_agg(floor(date_part('epoch', p.scheduled_for))::int8::text
-                       || CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, ',')
+SELECT w.s, array_agg(floor(date_part('epoch', p.scheduled_for))::int8),
+       string_agg(CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, '')
 FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
 JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
               AND p.scheduled_for <= %(until)s
@@ -89,7 +89,7 @@ GROUP BY w.s
 """
 
 PERIODS_WINDOW_INSTANTS = """
-SELECT w.s, string_agg(floor(date_part('epoch', p.scheduled_for))::int8::text, ',')
+SELECT w.s, array_agg(floor(date_part('epoch', p.scheduled_for))::int8)
 FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
 JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
               AND p.scheduled_for <= %(until)s
@@ -116,7 +116,7 @@ def periods_window_states(
     period's job (its first, as ``periods_windows`` joins it) is dead or running. Without
     ``jobs`` emitted periods are all E; without ``outcomes`` every period is E (which
     periods were recorded is all a missing or pending filter needs: an index-only scan).
-    For the page's state filters: one row of strings per schedule (a range of
+    For the page's state filters: one row (an array and a string) per schedule (a range of
     ``periods_pkey``), and of the outbox only the dead and running jobs, each checked to be
     its period's first job through ``outbox_schedule_period``."""
     out: dict[str, dict[int, str]] = {name: {} for name, _ in windows}
@@ -125,12 +125,13 @@ def periods_window_states(
     params = {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
               "until": until}
     db = raw(conn)
-    if outcomes:
-        for name, items in db.execute(PERIODS_WINDOW_STATES, params):
-            out[name] = {int(item[:-1]): item[-1] for item in items.split(",")}
-    else:
-        for name, instants in db.execute(PERIODS_WINDOW_INSTANTS, params):
-            out[name] = dict.fromkeys(map(int, instants.split(",")), "E")
+    with db.cursor(binary=True) as cur:  # int8[] arrives as ints, parsed by the driver
+        if outcomes:  # both aggregates see the group's rows in one order: they line up
+            for name, instants, letters in cur.execute(PERIODS_WINDOW_STATES, params):
+                out[name] = dict(zip(instants, letters, strict=True))
+        else:
+            for name, instants in cur.execute(PERIODS_WINDOW_INSTANTS, params):
+                out[name] = dict.fromkeys(instants, "E")
     if outcomes and jobs:
         for name, at, state in db.execute(JOBS_WINDOW_DEAD_RUNNING, params):
             periods = out[name]

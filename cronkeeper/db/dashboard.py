@@ -111,14 +111,15 @@ def periods_window_states(
     conn: sa.Connection | psycopg.Connection, windows: Sequence[tuple[str, datetime]],
     until: datetime, *, outcomes: bool = True, jobs: bool = True,
 ) -> dict[str, dict[int, str]]:
-    """Each schedule's recorded periods in ``[since, until]`` as Unix second -> letter (in
-    no particular order: ``audit_states`` sorts), the letters of ``audit.audit_states``: S skipped, E emitted, D or R when the
-    period's job (its first, as ``periods_windows`` joins it) is dead or running. Without
-    ``jobs`` emitted periods are all E; without ``outcomes`` every period is E (which
-    periods were recorded is all a missing or pending filter needs: an index-only scan).
-    For the page's state filters: one row (an array and a string) per schedule (a range of
-    ``periods_pkey``), and of the outbox only the dead and running jobs, each checked to be
-    its period's first job through ``outbox_schedule_period``."""
+    """Each schedule's recorded periods in ``[since, until]`` as Unix second -> letter, in no
+    particular order (``period_states.audit_states`` sorts), with its letters: S skipped,
+    E emitted, D or R when the period's job (its first, as ``periods_windows`` joins it) is
+    dead or running. Without ``jobs`` emitted periods are all E; without ``outcomes`` every
+    period is E (which periods were recorded is all a missing or pending filter needs, and
+    ``periods_pkey`` holds it). For the page's state filters: one row (an array and a string)
+    per schedule, and of the outbox only the dead and running jobs, each checked to be its
+    period's first job through ``outbox_schedule_period``. Over every schedule the windows
+    cover most of the table, and the planner may rightly scan it whole (docs/web.md)."""
     out: dict[str, dict[int, str]] = {name: {} for name, _ in windows}
     if not windows:
         return out

@@ -13,11 +13,13 @@
 Handlers run exactly as the worker runs them: the payload is checked against the handler's
 declared shape, the context carries the idempotency helper, and the job's transaction commits
 when the handler returns (rolls back when it raises). ``concurrently=True`` runs both calls at
-the same time, the way duplicate delivery does.
+the same time, the way duplicate delivery does. ``async def`` handlers are run the same way,
+each call on an event loop of its own, with the awaitable context (``AsyncJobContext``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.db.engine import Engine
+from cronkeeper.worker.async_context import AsyncJobContext
 from cronkeeper.worker.classify import Kind, exception_ending
 from cronkeeper.worker.context import JobContext
 from cronkeeper.worker.registry import Handler, TaskHandler
@@ -62,8 +65,14 @@ def run_handler(
     schema: str = "cronkeeper", key: str = "test@2026-01-01T00:00:00Z", attempt: int = 1,
     schedule: str | None = None, scheduled_for: datetime | None = None,
 ) -> Any:
-    """Run a handler once as the worker would; returns its result, raises what it raises."""
+    """Run a handler once as the worker would; returns its result, raises what it raises.
+    An ``async def`` handler runs on an event loop of its own (``asyncio.run``), with an
+    ``AsyncJobContext``: call this from a sync test."""
     th = _handler(handler)
+    if th.is_async:
+        return asyncio.run(_run_async(th, payload, key=key, attempt=attempt, schedule=schedule,
+                                      scheduled_for=scheduled_for, task=th.name, schema=schema,
+                                      engine=engine))
     ctx = JobContext(key=key, attempt=attempt, schedule=schedule, scheduled_for=scheduled_for,
                      task=th.name, schema=schema, engine=engine)
     try:
@@ -72,6 +81,17 @@ def run_handler(
         ctx.finish(commit=False)
         raise
     ctx.finish(commit=True)
+    return result
+
+
+async def _run_async(th: TaskHandler, payload: Any, **fields: Any) -> Any:
+    ctx = AsyncJobContext(**fields)
+    try:
+        result = await th.func(th.prepare(payload), ctx)
+    except BaseException:
+        await ctx.finish(commit=False)
+        raise
+    await ctx.finish(commit=True)
     return result
 
 

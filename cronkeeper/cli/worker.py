@@ -58,7 +58,19 @@ def default_worker_id() -> str:
               help="Longest pause between claims when nothing is due (a fallback: idle "
                    "workers are woken by LISTEN/NOTIFY and at the next job's run_after).")
 @click.option("--kill-grace", type=click.FloatRange(0), default=2.0, show_default=True,
-              help="Seconds between SIGTERM and SIGKILL of a timed-out command's process group.")
+              help="Seconds between SIGTERM and SIGKILL of a timed-out command's (or handler "
+                   "process's) group; how long a cancelled async handler may take to stop.")
+@click.option("--isolation", type=click.Choice(["thread", "process"]), default="thread",
+              show_default=True, envvar="CRONKEEPER_WORKER_ISOLATION",
+              help="Where task handlers run: threads of the worker, or pooled child processes "
+                   "killed (with everything they started) at the job's timeout.")
+@click.option("--max-jobs-per-child", type=click.IntRange(0), default=1000, show_default=True,
+              envvar="CRONKEEPER_WORKER_MAX_JOBS_PER_CHILD",
+              help="Process isolation: recycle a handler process after this many jobs (0: never).")
+@click.option("--max-child-memory", "max_child_memory", type=click.IntRange(0), default=512,
+              show_default=True, metavar="MIB", envvar="CRONKEEPER_WORKER_MAX_CHILD_MEMORY",
+              help="Process isolation: recycle a handler process whose resident memory passes "
+                   "this many MiB after a job (0: never).")
 @click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,
               help="Default: host, pid and a random suffix.")
 @click.option("--metrics-address", envvar="CRONKEEPER_WORKER_METRICS_ADDRESS",
@@ -74,7 +86,8 @@ def worker_command(
     database_url: str | None, schema: str, cluster: str, schedules_dir: str | None,
     imports: tuple[str, ...], concurrency: int, batch_size: int, tasks: tuple[str, ...],
     schedule_names: tuple[str, ...], limits: tuple[str, ...], drain_timeout: float,
-    lease_margin: float, poll_interval: float, kill_grace: float, instance_id: str | None,
+    lease_margin: float, poll_interval: float, kill_grace: float, isolation: str,
+    max_jobs_per_child: int, max_child_memory: int, instance_id: str | None,
     metrics_address: str, log_format: str, log_level: str,
 ) -> None:
     """Claim jobs from the outbox and run them; SIGTERM drains."""
@@ -97,7 +110,8 @@ def worker_command(
         concurrency=concurrency, batch_size=batch_size, tasks=list(tasks) or None,
         schedules=list(schedule_names) or None, limits=parsed_limits, lease_margin=lease_margin,
         poll_interval=poll_interval, drain_timeout=drain_timeout, kill_grace=kill_grace,
-        specs=specs, schedules_digest=digest, version=__version__,
+        isolation=isolation, max_jobs_per_child=max_jobs_per_child,
+        max_child_memory_mb=max_child_memory, imports=list(imports), specs=specs, schedules_digest=digest, version=__version__,
     )
     _serve_metrics(metrics_address, database.engine, cluster)
     worker = Worker(database.engine, config)

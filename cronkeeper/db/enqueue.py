@@ -82,6 +82,25 @@ def enqueue(
     ``run_after``: an aware datetime, a delay (timedelta or seconds), or None for "now" (the
     transaction's time). Nothing is committed here: the caller's commit publishes the job.
     """
+    sql, params = enqueue_statement(task, payload, key=key, run_after=run_after, schema=schema,
+                                    max_attempts=max_attempts, timeout=timeout, backoff=backoff)
+    rows = _execute(connection, sql, params, "enqueue")
+    return int(rows[0][0]) if rows else None
+
+
+def enqueue_statement(
+    task: str,
+    payload: dict[str, Any] | None,
+    *,
+    key: str,
+    run_after: datetime | timedelta | float | None,
+    schema: str,
+    max_attempts: int,
+    timeout: float,
+    backoff: dict[str, float] | None,
+) -> tuple[str, dict[str, Any]]:
+    """The checked INSERT (with its wake-up) and its parameters: shared by ``enqueue`` and the
+    async enqueue of ``db/sessions.py``."""
     _check("enqueue", task, payload, key, max_attempts, timeout)
     at, delay = _when("enqueue", run_after)
     params = {
@@ -91,9 +110,7 @@ def enqueue(
         "backoff": _json("enqueue", backoff) if backoff else _DEFAULT_BACKOFF_JSON,
         "channel": wake_channel(schema),
     }
-    sql = _INSERT.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s"))
-    rows = _execute(connection, sql, params, "enqueue")
-    return int(rows[0][0]) if rows else None
+    return _INSERT.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s")), params
 
 
 def enqueue_many(

@@ -15,7 +15,7 @@ back when the handler raises or the worker lost the job's lease. So, inside it:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,6 +36,7 @@ class JobContext:
     job_id: int | None = None
     schema: str = "cronkeeper"
     engine: Engine | None = field(default=None, repr=False)
+    on_open: Callable[[Connection], None] | None = field(default=None, repr=False)
     _conn: Connection | None = field(default=None, repr=False)
 
     @property
@@ -46,6 +47,8 @@ class JobContext:
                 raise RuntimeError("this job context has no database")
             with translate_errors("opening the job's transaction"):
                 self._conn = self.engine.connect()
+            if self.on_open is not None:
+                self.on_open(self._conn)
         return self._conn
 
     @property
@@ -68,6 +71,18 @@ class JobContext:
         from cronkeeper.db.enqueue import enqueue
 
         return enqueue(self.connection, task, payload, key=key, schema=self.schema, **kwargs)
+
+    def complete(self, worker_id: str) -> bool:
+        """The job's fenced completion in the handler's transaction, then commit: True when
+        committed; False when the fence refused it (lease lost), everything rolled back.
+        Raises when the statement or the commit fails (the caller rolls back)."""
+        from cronkeeper.db.outbox import outbox_complete
+
+        assert self.job_id is not None
+        done = outbox_complete(self.connection, worker_id=worker_id, ids=[self.job_id],
+                               attempts=[self.attempt])
+        self.finish(commit=bool(done))
+        return bool(done)
 
     def finish(self, commit: bool) -> None:
         """Commit or roll back the job's transaction and close it (the worker calls this)."""

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import logging
 
+from cronkeeper import clock
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker import commands
+from cronkeeper.worker.async_context import AsyncJobContext
 from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
 from cronkeeper.worker.context import JobContext
-from cronkeeper.worker.registry import resolve
+from cronkeeper.worker.invoke import Done, call_async
+from cronkeeper.worker.pool import end_session
+from cronkeeper.worker.registry import Handler, Isolation, resolve
 from cronkeeper.worker.runtime import Host, Running
 
 log = logging.getLogger("cronkeeper.worker")
@@ -25,10 +29,14 @@ def execute(worker: Host, held: Running) -> Ending | None:
         return exception_ending(exc)
 
 
-def run_task(worker: Host, held: Running) -> Ending:
+def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
+    if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
+        return settle_done(worker, held, worker.pool.run(held, end_session(worker.db)))
     payload = handler.prepare(job.payload)
+    if handler.is_async:
+        return run_async(worker, held, handler.func, payload)
     ctx = JobContext(
         key=job.key, attempt=job.attempt, schedule=job.schedule, scheduled_for=job.scheduled_for,
         task=job.task, job_id=job.id, schema=worker.config.schema, engine=worker.engine,
@@ -36,6 +44,50 @@ def run_task(worker: Host, held: Running) -> Ending:
     held.ctx = ctx
     handler.func(payload, ctx)
     return Ending(Kind.SUCCEEDED)
+
+
+def run_async(worker: Host, held: Running, func: Handler, payload: object) -> Ending | None:
+    """An ``async def`` handler on this runner thread's loop, cancelled at the job's deadline."""
+    job, cfg = held.job, worker.config
+    ctx = AsyncJobContext(
+        key=job.key, attempt=job.attempt, schedule=job.schedule, scheduled_for=job.scheduled_for,
+        task=job.task, job_id=job.id, schema=cfg.schema, engine=worker.engine,
+    )
+    # The runner cancels it; the supervisor steps in only if the loop itself is blocked.
+    held.timeout_grace = 2 * cfg.kill_grace + 5.0
+    result = call_async(func, payload, ctx, cfg.worker_id, grace=cfg.kill_grace,
+                        timeout=max(0.0, held.deadline - clock.monotonic()),
+                        before_commit=held.settle)
+    if result.done is Done.FAILED:
+        assert result.ending is not None
+        if result.settled:
+            worker.forget(held)
+            worker.endings.put((held, result.ending))
+            return None
+        return result.ending
+    if result.done is Done.SUCCEEDED:
+        return Ending(Kind.SUCCEEDED)
+    if result.done is Done.DROPPED:
+        return None
+    return settle_done(worker, held, str(result.done), settled=True)
+
+
+def settle_done(worker: Host, held: Running, done: Ending | str, settled: bool = False) -> Ending | None:
+    """``done``: an Ending for the recorder, or the handler's own commit (committed, lost),
+    for which only the bookkeeping is left."""
+    if isinstance(done, Ending):
+        return done
+    if not settled and not held.settle():
+        return None  # timed out or released meanwhile: that ending is recorded (fenced)
+    job = held.job
+    if done == Done.COMMITTED:
+        worker.stats["succeeded"] += 1
+    else:
+        worker.stats["lost"] += 1
+        log.warning("lease lost: job=%d key=%s attempt=%d: handler's transaction rolled back",
+                    job.id, job.key, job.attempt, extra={"action": "lease_lost"})
+    worker.forget(held)
+    return None
 
 
 def run_command(worker: Host, held: Running) -> Ending | None:

@@ -29,6 +29,7 @@ from cronkeeper.db.engine import Engine, advisory_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import execute
+from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
 from cronkeeper.worker.runtime import Ahead, Backoff, Database, Running, WorkerConfig
@@ -57,6 +58,8 @@ class Worker:
                                self._stopping)
         self.recorder_done = threading.Event()
         self._runners = Runners(config.concurrency, self._execute)
+        self.pool = ProcessPool(config, engine)
+        self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend  # --isolation process, @task(isolation=...)
         self.rand = random.Random()
         self._next_serial = 0.0
         self.abandoned: list[threading.Thread] = []
@@ -88,11 +91,14 @@ class Worker:
         self._register_until_up()
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self._supervise_loop, name="supervisor", daemon=True)
+        if cfg.isolation == "process":
+            self.pool.start()
         self._runners.start()
         recorder.start()
         supervisor.start()
         self.wakeups.start()
-        log.info("worker started: worker=%s concurrency=%d", cfg.worker_id, cfg.concurrency, extra={"action": "worker_started"})
+        log.info("worker started: worker=%s concurrency=%d isolation=%s", cfg.worker_id,
+                 cfg.concurrency, cfg.isolation, extra={"action": "worker_started"})
         backoff = Backoff()
         next_reap = 0.0
         while not self._stopping.is_set():
@@ -110,6 +116,7 @@ class Worker:
         self.endings.put((None, None))  # type: ignore[arg-type]
         self.recorder_done.wait(max(5.0, cfg.drain_timeout))
         self.db.close_kept()
+        self.pool.stop()
         self._runners.stop()
         log.info("worker stopped: worker=%s stats=%s", cfg.worker_id, self.stats, extra={"action": "worker_stopped"})
         return self.exit_code
@@ -282,15 +289,11 @@ class Worker:
         ctx, job = held.ctx, held.job
         assert ctx is not None
         try:
-            done = db.outbox_complete(ctx.connection, worker_id=self.config.worker_id,
-                                      ids=[job.id], attempts=[job.attempt])
-            if not done:
-                ctx.finish(commit=False)
+            if not ctx.complete(self.config.worker_id):
                 self.stats["lost"] += 1
                 log.warning("lease lost: job=%d key=%s attempt=%d: handler's transaction "
                             "rolled back", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
                 return Ending(Kind.SUCCEEDED)
-            ctx.finish(commit=True)
             self.stats["succeeded"] += 1
             return Ending(Kind.SUCCEEDED)
         except Exception as exc:  # noqa: BLE001 - the commit failed: the attempt failed
@@ -328,15 +331,20 @@ class Worker:
             if held:
                 kept = set(db.lease_extend(conn, worker_id=cfg.worker_id, ids=[j.id for j in held],
                                            attempts=[j.attempt for j in held], margin=cfg.lease_margin))
+                unkept = {j.id for j in held if j.id not in kept}
                 for job in held:
-                    if job.id not in kept and job.id in self.running:
+                    # Not kept twice in a row: a handler process commits its job's completion
+                    # a moment before its runner hears of it, so once proves nothing.
+                    if job.id in unkept and job.id in self._unkept and job.id in self.running:
                         log.warning("lease lost: job=%d key=%s attempt=%d", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
+                self._unkept = unkept
             db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id)
 
     def _time_out_tasks(self, now: float) -> None:
         with self._lock:
             late = [r for r in self.running.values()
-                    if r.proc is None and r.job.task != "command" and now > r.deadline]
+                    if r.proc is None and r.job.task != "command"
+                    and now > r.deadline + r.timeout_grace]
         for held in late:
             if not held.settle(timed_out=True):
                 continue

@@ -9,6 +9,11 @@ Payload shape: ``@task(..., payload=Shape)`` where Shape is a TypedDict or a dat
 without ``payload=``, the annotation of the handler's first parameter when it is one of those).
 A payload that does not fit is a permanent failure. A dataclass shape is passed to the handler
 as an instance; a TypedDict shape as the dict.
+
+Isolation: ``@task(..., isolation="process")`` runs this handler in one of the worker's pooled
+child processes (killed at its timeout) even on a ``--isolation thread`` worker;
+``isolation="thread"`` keeps it on a thread even on a ``--isolation process`` worker; ``None``
+(the default) follows the worker. A handler may be an ``async def`` (``is_async``).
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, is_typeddict
 
 from cronkeeper.errors import CronkeeperError
 
 Handler = Callable[[Any, Any], Any]
 _MARK = "__cronkeeper_task__"
+
+
+class Isolation(StrEnum):
+    """Where a task handler runs (``--isolation``, ``@task(isolation=...)``)."""
+
+    THREAD = "thread"
+    PROCESS = "process"
 
 
 class UnknownTask(CronkeeperError):
@@ -41,6 +54,11 @@ class TaskHandler:
     name: str
     func: Handler
     shape: type | None = None
+    isolation: Isolation | None = None  # None: as the worker's --isolation
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
 
     def prepare(self, payload: Any) -> Any:
         """The payload as the handler wants it, or PayloadError."""
@@ -50,12 +68,17 @@ class TaskHandler:
 _REGISTRY: dict[str, TaskHandler] = {}
 
 
-def task(name: str | None = None, *, payload: type | None = None) -> Callable[[Handler], Handler]:
+def task(
+    name: str | None = None, *, payload: type | None = None, isolation: str | None = None
+) -> Callable[[Handler], Handler]:
     """Mark a function as a task handler; register it under ``name`` when given."""
+    if isolation is not None and isolation not in set(Isolation):
+        raise ValueError(f"@task(isolation={isolation!r}): expected 'thread', 'process' or None")
 
     def mark(func: Handler) -> Handler:
         shape = payload if payload is not None else _annotated_shape(func)
-        handler = TaskHandler(name or f"{func.__module__}:{func.__qualname__}", func, shape)
+        handler = TaskHandler(name or f"{func.__module__}:{func.__qualname__}", func, shape,
+                              None if isolation is None else Isolation(isolation))
         setattr(func, _MARK, handler)
         if name is not None:
             _REGISTRY[name] = handler

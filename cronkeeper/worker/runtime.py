@@ -9,7 +9,7 @@ import queue
 import random
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +18,7 @@ from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, E
 from cronkeeper.db.outbox import OutboxJob
 from cronkeeper.errors import DatabaseError
 from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.worker.classify import Ending
 from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
@@ -40,6 +41,10 @@ class WorkerConfig:
     drain_timeout: float = 30.0
     kill_grace: float = 2.0
     defer_delay: float = 15.0  # a job waiting for this worker's schedule version comes back after
+    isolation: str = "thread"  # thread | process (--isolation): where task handlers run
+    max_jobs_per_child: int = 1000  # process isolation: a child is recycled after this many
+    max_child_memory_mb: int = 512  # ... or once its resident memory passes this
+    imports: list[str] = field(default_factory=list)  # --import modules (children import them)
     specs: dict[str, ScheduleSpec] = field(default_factory=dict)
     schedules_digest: str = ""
     version: str = ""
@@ -66,6 +71,7 @@ class Running:
     done: bool = False
     timed_out: bool = False
     released: bool = False
+    timeout_grace: float = 0.0  # the supervisor times it out this long after its deadline
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def settle(self, *, timed_out: bool = False) -> bool:
@@ -191,6 +197,13 @@ class Ahead:
         return min(self.batch_size, int(self.concurrency * self.HORIZON / max(mean, 1e-6)))
 
 
+class HandlerProcesses(Protocol):
+    """The pool of handler processes (``pool.ProcessPool``), as ``execute`` uses it."""
+
+    def run(self, held: Running, end_session: Callable[[int], None]) -> Ending | str:
+        """Run the job in a child: an Ending, or the child's own commit (committed | lost)."""
+
+
 class Host(Protocol):
     """What the leaf modules (execute, recorder) use of the worker that runs them: the loop's
     ``Worker`` provides it, and they import this instead of the loop (no import circle)."""
@@ -204,6 +217,7 @@ class Host(Protocol):
     recorder_done: threading.Event
     drain_deadline: float | None
     running: dict[int, Running]
+    pool: HandlerProcesses
 
     def forget(self, held: Running) -> None:
         """The job is no longer held (its ending is queued, or it was handed back)."""

@@ -1,0 +1,106 @@
+"""The job context an ``async def`` handler receives: ``JobContext``'s fields and helpers, with
+the database side awaitable, on a psycopg ``AsyncConnection`` (search_path = the schema).
+
+    @task("mail.send")
+    async def send(payload, ctx: AsyncJobContext):
+        async with ctx.effect(f"mail:{payload['id']}") as first:
+            if first:
+                await mailer.send(..., idempotency_key=ctx.key)
+        await ctx.enqueue("mail.next", {...}, key=...)      # exists iff this job completes
+        conn = await ctx.connection()                        # the same transaction
+
+The transaction is opened on first use and, as for a sync handler, the worker commits it
+*together with the job's fenced completion*, or rolls it back when the handler raises, is
+cancelled at its timeout, or lost its lease.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cronkeeper.db.engine import Engine
+from cronkeeper.db.sessions import (
+    AsyncConnection,
+    async_connection_drop,
+    async_job_connection,
+    effects_claim_async,
+    enqueue_async,
+    outbox_complete_async,
+)
+
+
+@dataclass(eq=False)
+class AsyncJobContext:
+    """What an async handler knows about its job: key, attempt (from 1), schedule, scheduled_for."""
+
+    key: str
+    attempt: int
+    schedule: str | None
+    scheduled_for: datetime | None
+    task: str = ""
+    job_id: int | None = None
+    schema: str = "cronkeeper"
+    engine: Engine | None = field(default=None, repr=False)
+    on_open: Callable[[AsyncConnection], None] | None = field(default=None, repr=False)
+    _conn: AsyncConnection | None = field(default=None, repr=False)
+
+    async def connection(self) -> AsyncConnection:
+        """The job's transaction, committed with the job's completion (opened on first use)."""
+        if self._conn is None:
+            if self.engine is None:
+                raise RuntimeError("this job context has no database")
+            self._conn = await async_job_connection(self.engine, self.schema)
+            if self.on_open is not None:
+                self.on_open(self._conn)
+        return self._conn
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._conn is not None
+
+    async def claim_effect(self, conn: AsyncConnection | None, name: str) -> bool:
+        """Claim ``name`` once, in ``conn``'s transaction (None: the job's own transaction)."""
+        return await effects_claim_async(conn if conn is not None else await self.connection(),
+                                         self.schema, name, self.key)
+
+    @contextlib.asynccontextmanager
+    async def effect(self, name: str) -> AsyncIterator[bool]:
+        """``async with ctx.effect("charge:42") as first:``; act only when ``first`` is True."""
+        yield await self.claim_effect(None, name)
+
+    async def enqueue(self, task: str, payload: dict[str, Any] | None = None, *, key: str,
+                      **kwargs: Any) -> int | None:
+        """A follow-up job, written in the job's transaction (exists iff this job completes)."""
+        return await enqueue_async(await self.connection(), task, payload, key=key,
+                                   schema=self.schema, **kwargs)
+
+    async def complete(self, worker_id: str) -> bool:
+        """The fenced completion in the handler's transaction, then commit (see JobContext)."""
+        assert self.job_id is not None
+        done = await outbox_complete_async(await self.connection(), worker_id=worker_id,
+                                           ids=[self.job_id], attempts=[self.attempt])
+        await self.finish(commit=bool(done))
+        return bool(done)
+
+    async def finish(self, commit: bool) -> None:
+        """Commit or roll back the job's transaction and close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if commit:
+                await conn.commit()
+            else:
+                await conn.rollback()
+        finally:
+            await conn.close()
+
+    def drop(self) -> None:
+        """Close the connection without the event loop (a loop that will not run again)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            async_connection_drop(conn)

@@ -1,0 +1,288 @@
+"""The worker side of process isolation: a pool of pre-started handler processes
+(``cronkeeper.worker.child``), one job at a time each, killed at the job's timeout.
+
+Each runner thread takes an idle child, hands it the job and waits for its answer until the
+job's deadline (the clock starts once the child is ready, so start-up never eats a job's
+time). Then:
+
+- answer ``committed`` / ``lost``: the child committed the handler's transaction with the
+  fenced completion (or the fence refused it); the worker records nothing more;
+- answer ``succeeded`` (no transaction) or ``failed``: an ending for the recorder, as in
+  thread mode;
+- deadline passed: the child's process group gets SIGTERM, then SIGKILL after
+  ``--kill-grace``; the job's database session (the child reports its backend pid when the
+  handler opens its transaction) is ended with ``pg_terminate_backend``, so its transaction is
+  rolled back at once, even mid-query; the attempt is recorded as ``timeout``;
+- the pipe closed first (segfault, ``os._exit``, the OOM killer): the group is killed and the
+  attempt is a retryable failure naming the signal or exit status. If the child had already
+  committed the completion, the fence refuses that failure: the job stays ``succeeded``.
+
+A child is recycled (its pipe closed, its group killed once it exits) after
+``max_jobs_per_child`` jobs or once its resident memory passes ``max_child_memory_mb``, and a
+replacement is started at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from cronkeeper import clock
+from cronkeeper.db.engine import Engine
+from cronkeeper.errors import DatabaseError
+from cronkeeper.worker.child import LAUNCH, read_frame, write_frame
+from cronkeeper.worker.classify import Ending, Kind
+from cronkeeper.worker.commands import format_instant, kill_group
+from cronkeeper.worker.runtime import WorkerConfig
+
+if TYPE_CHECKING:
+    from cronkeeper.worker.runtime import Running
+
+log = logging.getLogger("cronkeeper.worker")
+
+START_TIMEOUT = 120.0  # seconds a new child may take to import the handlers' modules
+_TIMEOUT = object()
+
+
+class ChildProcess:
+    """One handler process and the two pipes to it."""
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            self.popen = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
+                [sys.executable, "-c", LAUNCH, str(to_child_r),
+                 str(from_child_w), str(os.getpid())],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self.pid = self.popen.pid
+        self._out = os.fdopen(to_child_w, "wb")
+        self._in = os.fdopen(from_child_r, "rb", buffering=0)  # unbuffered: select() is exact
+        self.ready = False
+        self.jobs = 0
+        self.rss_kib = 0
+        write_frame(self._out, init)
+
+    def read(self, deadline: float) -> dict[str, Any] | None | object:
+        """The next message; None when the child is gone; _TIMEOUT past ``deadline``."""
+        remaining = deadline - clock.monotonic()
+        if remaining <= 0:
+            return _TIMEOUT
+        try:
+            readable, _, _ = select.select([self._in], [], [], remaining)
+        except (OSError, ValueError):
+            return None
+        if not readable:
+            return _TIMEOUT
+        try:
+            return read_frame(self._in)
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self) -> str | None:
+        """None once the child is ready, else what went wrong."""
+        if self.ready:
+            return None
+        msg = self.read(clock.monotonic() + START_TIMEOUT)
+        if isinstance(msg, dict) and msg.get("t") == "ready":
+            self.ready = True
+            return None
+        if msg is _TIMEOUT:
+            return f"not ready after {START_TIMEOUT:g}s"
+        return self.exit_text()
+
+    def send(self, message: dict[str, Any]) -> bool:
+        try:
+            write_frame(self._out, message)
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def kill(self, grace: float) -> None:
+        """Kill the child's process group (what the handler started too) and reap the child."""
+        kill_group(self.popen, grace)
+        self._close()
+
+    def exit_text(self) -> str:
+        """After the pipe closed: the group is killed, the child reaped, its end described."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)  # before reaping: the pgid cannot be reused yet
+        try:
+            code = self.popen.wait(10)
+        except subprocess.TimeoutExpired:
+            self.kill(0.0)
+            code = self.popen.returncode
+        self._close()
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"handler process {self.pid} killed by {name}"
+        return f"handler process {self.pid} exited with status {code} before the job ended"
+
+    def retire(self, grace: float) -> None:
+        """Close its pipe (it exits when idle), then kill whatever is left of its group."""
+        self._close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(max(grace, 0.5))
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(5)
+
+    def _close(self) -> None:
+        for stream in (self._out, self._in):
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+class ProcessPool:
+    """Pre-started (``start``) or started on first use, up to one child per runner thread."""
+
+    def __init__(self, config: WorkerConfig, engine: Engine) -> None:
+        self.config = config
+        self._init = {
+            "t": "init", "database_url": engine.url.render_as_string(hide_password=False),
+            "schema": config.schema, "worker_id": config.worker_id,
+            "imports": list(config.imports), "sys_path": list(sys.path),
+        }
+        self._idle: queue.SimpleQueue[ChildProcess] = queue.SimpleQueue()
+        self._all: set[ChildProcess] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spawner")
+        self.started_total = 0
+
+    def start(self) -> None:
+        for _ in range(self.config.concurrency):
+            self._idle.put(self._spawn())
+        log.info("handler processes started: count=%d max_jobs=%d max_memory_mb=%d",
+                 self.config.concurrency, self.config.max_jobs_per_child,
+                 self.config.max_child_memory_mb, extra={"action": "handler_processes_started"})
+
+    def _spawn(self) -> ChildProcess:
+        # From one long-lived thread: a child's PR_SET_PDEATHSIG fires when the *thread* that
+        # started it ends, and runner threads may end (abandoned by a timed-out sync handler).
+        child = self._spawner.submit(ChildProcess, self._init).result()
+        with self._lock:
+            self._all.add(child)
+            self.started_total += 1
+        return child
+
+    def _take(self) -> ChildProcess:
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            return self._spawn()
+
+    def _drop(self, child: ChildProcess, replace: bool) -> None:
+        with self._lock:
+            self._all.discard(child)
+            stopping = self._stopping
+        if replace and not stopping:
+            self._idle.put(self._spawn())
+
+    def run(self, held: Running, end_session: Any) -> Ending | str:
+        """Run the held job in a child: its Ending, or the child's ``done`` (committed, lost)."""
+        child = self._take()
+        held.proc = child.popen  # the supervisor leaves it alone; a drain kills its group
+        try:
+            return self._run(child, held, end_session)
+        except BaseException:
+            child.kill(0.0)  # a child in an unknown state is never handed another job
+            self._drop(child, replace=True)
+            raise
+
+    def _run(self, child: ChildProcess, held: Running, end_session: Any) -> Ending | str:
+        cfg, job = self.config, held.job
+        problem = child.wait_ready()
+        if problem is not None:
+            self._drop(child, replace=True)
+            return Ending(Kind.RETRYABLE, f"handler process did not start: {problem}")
+        held.deadline = clock.monotonic() + job.timeout
+        sent = child.send({
+            "t": "job", "id": job.id, "key": job.key, "attempt": job.attempt,
+            "schedule": job.schedule, "task": job.task, "payload_json": job.payload_json,
+            "scheduled_for": format_instant(job.scheduled_for) or None,
+        })
+        backend: int | None = None
+        while True:
+            msg = child.read(held.deadline) if sent else None
+            if msg is _TIMEOUT:
+                child.kill(cfg.kill_grace)
+                self._drop(child, replace=True)
+                if backend is not None:
+                    end_session(backend)
+                return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: handler process "
+                              f"{child.pid} and its process group killed")
+            if not isinstance(msg, dict):
+                text = child.exit_text()
+                self._drop(child, replace=True)
+                if backend is not None:
+                    end_session(backend)
+                return Ending(Kind.RETRYABLE, text)
+            if msg.get("t") == "session":
+                backend = int(msg["backend_pid"])
+                continue
+            break
+        child.jobs, child.rss_kib = int(msg.get("jobs", 0)), int(msg.get("rss_kib", 0))
+        self._recycle_or_keep(child)
+        if msg["done"] == "failed":
+            return Ending(Kind(msg["kind"]), msg.get("error") or "")
+        if msg["done"] == "succeeded":
+            return Ending(Kind.SUCCEEDED)
+        return str(msg["done"])  # committed | lost
+
+    def _recycle_or_keep(self, child: ChildProcess) -> None:
+        cfg = self.config
+        why = ""
+        if cfg.max_jobs_per_child and child.jobs >= cfg.max_jobs_per_child:
+            why = f"after {child.jobs} jobs"
+        elif cfg.max_child_memory_mb and child.rss_kib > cfg.max_child_memory_mb * 1024:
+            why = f"at {child.rss_kib // 1024} MiB resident"
+        if not why:
+            self._idle.put(child)
+            return
+        log.info("handler process recycled: pid=%d %s", child.pid, why,
+                 extra={"action": "handler_process_recycled"})
+        self._drop(child, replace=True)
+        threading.Thread(target=child.retire, args=(cfg.kill_grace,), name="retire",
+                         daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            children = list(self._all)
+            self._all.clear()
+        for child in children:
+            child.retire(0.5)
+        self._spawner.shutdown(wait=False)
+
+
+def end_session(db: Any) -> Any:
+    """A callable that ends a killed handler's database session (its transaction rolls back)."""
+    from cronkeeper.db.sessions import backend_terminate
+
+    def end(pid: int) -> None:
+        try:
+            with db.transaction("ending a killed handler's database session") as conn:
+                backend_terminate(conn, pid)
+        except DatabaseError:
+            pass  # the server still rolls it back when it notices the closed socket
+
+    return end

@@ -164,6 +164,20 @@ def test_children_are_recycled_after_n_jobs_and_past_the_memory_cap(engine, sche
     assert m0 != m1
 
 
+def test_sigterm_releases_a_running_handler_and_leaves_no_process(
+        engine, schema, runs, workers, tmp_path):
+    job = add(engine, schema, "iso.stuck", {"dir": str(tmp_path)}, key="drained", timeout=60)
+    proc = workers("--isolation", "process", "--concurrency", "2", "--drain-timeout", "1")
+    wait_until(lambda: lines(tmp_path / "pids"), 60, message="the handler started")
+    child, grandchild, _ = map(int, lines(tmp_path / "pids"))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert [a[:2] for a in attempts(engine, job)] == [(1, "released")]
+    assert q(engine, "SELECT state, leased_by FROM outbox WHERE id = %(i)s", i=job) == [("available", None)]
+    wait_until(lambda: not alive(child) and not alive(grandchild), 10, message="pids gone")
+    assert q(engine, "SELECT count(*) FROM outbox WHERE idempotency_key = 'followup:drained'") == [(0,)]
+
+
 def test_a_killed_worker_takes_its_handler_processes_with_it(engine, schema, runs, workers):
     add(engine, schema, "iso.pid", key="one")
     proc = workers("--isolation", "process", "--concurrency", "2")

@@ -71,7 +71,9 @@ class ChildProcess:
             os.close(from_child_w)
         self.pid = self.popen.pid
         self._out = os.fdopen(to_child_w, "wb")
-        self._in = os.fdopen(from_child_r, "rb", buffering=0)  # unbuffered: select() is exact
+        self._in = os.fdopen(from_child_r, "rb", buffering=0)  # unbuffered: poll() is exact
+        self._poll = select.poll()
+        self._poll.register(from_child_r, select.POLLIN)
         self.ready = False
         self.jobs = 0
         self.rss_kib = 0
@@ -82,11 +84,11 @@ class ChildProcess:
         remaining = deadline - clock.monotonic()
         if remaining <= 0:
             return _TIMEOUT
-        try:
-            readable, _, _ = select.select([self._in], [], [], remaining)
+        try:  # poll, not select: a pool of hundreds of children passes select's fd limit
+            events = self._poll.poll(max(1, int(remaining * 1000)))
         except (OSError, ValueError):
             return None
-        if not readable:
+        if not events:
             return _TIMEOUT
         try:
             return read_frame(self._in)

@@ -13,7 +13,14 @@ Rows, each for both isolation modes at the worker's defaults (--concurrency 10, 
 - ``serial noop``: one worker, ``--concurrency 1``: jobs one after the other, so the
   difference per job between the modes is what process isolation adds to a job's latency;
 - ``round trip``: the hand-over alone, without a worker or the database: a job frame to one
-  pooled child running the no-op handler, and its answer back, ``--round-trips`` times.
+  pooled child running the no-op handler, and its answer back, ``--round-trips`` times;
+- ``rq``: the peer whose model process isolation follows, RQ (``pip install rq``; Redis at
+  ``--redis-url``, a queue of this run's own, never flushed): its default ``Worker`` forks a
+  work horse per job and kills it at the job's timeout. Its best settings for that model,
+  from its docs ("Performance notes": preload what jobs import before the fork; one job per
+  worker process, so start more workers for concurrency; ``--burst`` drains and exits): a
+  job function in a module that imports nothing (``rq_noop.py``), ``result_ttl=0``, and
+  ``--rq-workers`` (default 20: our 2 workers x 10 jobs at once) burst workers.
 
 Each row gets a fresh schema (``bench_iso``), its jobs inserted before the clock starts; the
 clock runs from starting the workers (process start-up, children's included) until no job is
@@ -133,6 +140,35 @@ def round_trip(url: str, count: int) -> float:
         child.retire(1.0)
 
 
+def rq_drain(redis_url: str, jobs: int, workers: int) -> float:
+    """Seconds for ``workers`` RQ burst workers (fork per job) to run ``jobs`` no-op jobs."""
+    from redis import Redis
+    from rq import Queue
+    from rq.registry import FailedJobRegistry
+
+    redis = Redis.from_url(redis_url)
+    name = f"ck-bench-{os.getpid()}"
+    queue = Queue(name, connection=redis)
+    with redis.pipeline() as pipe:
+        queue.enqueue_many([Queue.prepare_data("rq_noop.noop", result_ttl=0)
+                            for _ in range(jobs)], pipeline=pipe)
+        pipe.execute()
+    exe = str(Path(sys.executable).with_name("rq"))
+    start = time.monotonic()
+    procs = [subprocess.Popen([exe, "worker", "--burst", "--url", redis_url, "--path", str(HERE),
+                               "--quiet", name]) for _ in range(workers)]
+    codes = [p.wait() for p in procs]
+    seconds = time.monotonic() - start
+    failed = FailedJobRegistry(name, connection=redis).count
+    left = queue.count
+    queue.delete(delete_jobs=True)
+    for key in redis.scan_iter(match=f"rq:*{name}*"):  # this run's keys only
+        redis.delete(key)
+    if any(codes) or failed or left:
+        raise SystemExit(f"rq: exit codes {codes}, {failed} failed, {left} left")
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,6 +177,9 @@ def main() -> None:
     parser.add_argument("--serial-jobs", type=int, default=2_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--round-trips", type=int, default=5_000)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--rq-jobs", type=int, default=5_000)
+    parser.add_argument("--rq-workers", type=int, default=20)
     parser.add_argument("--only", default="", help="comma-separated row labels (default: all)")
     args = parser.parse_args()
     url = args.database_url
@@ -152,6 +191,7 @@ def main() -> None:
         wanted = {w.strip() for w in args.only.split(",")}
         rows = [r for r in rows if r[0] in wanted]
     serial: dict[str, float] = {}
+    noop_process = 0.0
     try:
         for label, task, jobs, workers, extra in rows:
             rates = {}
@@ -160,6 +200,8 @@ def main() -> None:
                 rates[mode] = jobs / seconds
                 if label == "serial noop":
                     serial[mode] = seconds / jobs
+                if (label, mode) == ("noop", "process"):
+                    noop_process = rates[mode]
                 print(f"{label:12s} {mode:8s} {jobs:6d} jobs, {workers} worker(s): {seconds:7.2f} s"
                       f" = {rates[mode]:8.0f} jobs/s", flush=True)
             print(f"{label:12s} process / thread = {rates['process'] / rates['thread']:5.2f}",
@@ -171,6 +213,13 @@ def main() -> None:
         per_job = round_trip(url, args.round_trips)
         print(f"round trip   process  {args.round_trips} jobs to one child and back: "
               f"{per_job * 1e6:.0f} us per job", flush=True)
+    if not args.only or "rq" in args.only:
+        seconds = rq_drain(args.redis_url, args.rq_jobs, args.rq_workers)
+        rate = args.rq_jobs / seconds
+        print(f"rq (fork per job) {args.rq_jobs} no-op jobs, {args.rq_workers} workers: "
+              f"{seconds:7.2f} s = {rate:8.0f} jobs/s", flush=True)
+        if noop_process:
+            print(f"cronkeeper process noop / rq = {noop_process / rate:5.2f}", flush=True)
     if serial:
         extra_us = (serial["process"] - serial["thread"]) * 1e6
         print(f"per job, one at a time: thread {serial['thread'] * 1e6:.0f} us, process "

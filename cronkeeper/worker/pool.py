@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from cronkeeper import clock
 from cronkeeper.db.engine import Engine
 from cronkeeper.errors import DatabaseError
-from cronkeeper.worker.child import LAUNCH, read_frame, write_frame
+from cronkeeper.worker.child import LAUNCH, MAX_FRAME, read_frame, write_frame
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.commands import format_instant, kill_group
 from cronkeeper.worker.runtime import WorkerConfig
@@ -201,6 +201,10 @@ class ProcessPool:
 
     def run(self, held: Running, end_session: Any) -> Ending | str:
         """Run the held job in a child: its Ending, or the child's ``done`` (committed, lost)."""
+        size = len(held.job.payload_json)
+        if size > MAX_FRAME // 2:
+            return Ending(Kind.PERMANENT, f"payload of {size} bytes is too large to hand to a "
+                          f"handler process (at most {MAX_FRAME // 2})")
         child = self._take()
         held.proc = child.popen  # the supervisor leaves it alone; a drain kills its group
         try:

@@ -58,8 +58,8 @@ class Worker:
                                self._stopping)
         self.recorder_done = threading.Event()
         self._runners = Runners(config.concurrency, self._execute)
-        self.pool = ProcessPool(config, engine)
-        self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend  # --isolation process, @task(isolation=...)
+        self.pool = ProcessPool(config, engine)  # --isolation process, @task(isolation=...)
+        self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend
         self.rand = random.Random()
         self._next_serial = 0.0
         self.abandoned: list[threading.Thread] = []

@@ -234,6 +234,9 @@ class ProcessPool:
                 self._drop(child, replace=True)
                 if backend is not None:
                     end_session(backend)
+                log.error("task timed out: job=%d key=%s attempt=%d timeout=%.1fs: handler "
+                          "process %d and its group killed", job.id, job.key, job.attempt,
+                          job.timeout, child.pid, extra={"action": "task_timed_out"})
                 return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: handler process "
                               f"{child.pid} and its process group killed")
             if not isinstance(msg, dict):
@@ -241,6 +244,10 @@ class ProcessPool:
                 self._drop(child, replace=True)
                 if backend is not None:
                     end_session(backend)
+                if not held.released:  # a drain kills what it releases: no news
+                    log.warning("handler process died: job=%d key=%s attempt=%d: %s", job.id,
+                                job.key, job.attempt, text,
+                                extra={"action": "handler_process_died"})
                 return Ending(Kind.RETRYABLE, text)
             if msg.get("t") == "session":
                 backend = int(msg["backend_pid"])

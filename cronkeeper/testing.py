@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.db.engine import Engine
-from cronkeeper.worker.async_context import AsyncJobContext
+from cronkeeper.worker.async_context import AsyncJobContext, close_kept
 from cronkeeper.worker.classify import Kind, exception_ending
 from cronkeeper.worker.context import JobContext
 from cronkeeper.worker.registry import Handler, TaskHandler
@@ -87,12 +87,15 @@ def run_handler(
 async def _run_async(th: TaskHandler, payload: Any, **fields: Any) -> Any:
     ctx = AsyncJobContext(**fields)
     try:
-        result = await th.func(th.prepare(payload), ctx)
-    except BaseException:
-        await ctx.finish(commit=False)
-        raise
-    await ctx.finish(commit=True)
-    return result
+        try:
+            result = await th.func(th.prepare(payload), ctx)
+        except BaseException:
+            await ctx.finish(commit=False)
+            raise
+        await ctx.finish(commit=True)
+        return result
+    finally:
+        await close_kept()  # this loop ends here: its connection with it
 
 
 def run_twice(handler: Handler | TaskHandler, payload: Any, *, concurrently: bool = False,

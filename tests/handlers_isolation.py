@@ -111,6 +111,13 @@ async def async_ok(payload, ctx):
         await ctx.enqueue("noop", {}, key=f"followup:{ctx.key}")
 
 
+@task("iso.async_backend")
+async def async_backend(payload, ctx):
+    """Records which database session ran the job's transaction."""
+    conn = await ctx.connection()
+    await conn.execute("INSERT INTO runs (key, pid) VALUES (%(k)s, pg_backend_pid())", {"k": ctx.key})
+
+
 @task("iso.async_fails")
 async def async_fails(payload, ctx):
     await asyncio.sleep(0)

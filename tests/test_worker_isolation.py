@@ -236,6 +236,14 @@ def test_async_handlers_succeed_fail_and_dead_letter(engine, schema, runs, worke
     assert "order 7 does not exist" in attempts(engine, perm)[0][2]
 
 
+def test_async_jobs_on_one_runner_reuse_its_connection(engine, schema, runs, workers):
+    jobs = [add(engine, schema, "iso.async_backend", key=f"ab{n}") for n in range(3)]
+    workers("--concurrency", "1")
+    wait_until(lambda: [state(engine, j) for j in jobs] == ["succeeded"] * 3, 60)
+    assert len({pid for (pid,) in q(engine, "SELECT pid FROM runs")}) == 1
+    assert q(engine, "SELECT count(*) FROM runs") == [(3,)]
+
+
 def test_async_timeout_cancels_the_coroutine_and_its_tasks(engine, schema, workers, tmp_path):
     job = add(engine, schema, "iso.async_hangs", {"dir": str(tmp_path)}, key="hang", timeout=1.0,
               max_attempts=3, backoff=FAST)

@@ -71,6 +71,12 @@ async def outbox_complete_async(
         return [r[0] for r in await cur.fetchall()]
 
 
+def async_connection_reusable(conn: psycopg.AsyncConnection) -> bool:
+    """Open, not broken, and outside any transaction: fit for the next job's transaction."""
+    return (not conn.closed and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+
 def async_connection_drop(conn: psycopg.AsyncConnection) -> None:
     """Close an async connection's socket without its event loop (one that will not run again):
     the server rolls its transaction back."""

@@ -16,7 +16,9 @@ cancelled at its timeout, or lost its lease.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +28,7 @@ from cronkeeper.db.engine import Engine
 from cronkeeper.db.sessions import (
     AsyncConnection,
     async_connection_drop,
+    async_connection_reusable,
     async_job_connection,
     effects_claim_async,
     enqueue_async,
@@ -53,10 +56,15 @@ class AsyncJobContext:
         if self._conn is None:
             if self.engine is None:
                 raise RuntimeError("this job context has no database")
-            self._conn = await async_job_connection(self.engine, self.schema)
+            self._conn = _kept.take(self._key()) or await async_job_connection(self.engine,
+                                                                               self.schema)
             if self.on_open is not None:
                 self.on_open(self._conn)
         return self._conn
+
+    def _key(self) -> tuple[str, str]:
+        assert self.engine is not None
+        return self.engine.url.render_as_string(hide_password=False), self.schema
 
     @property
     def in_transaction(self) -> bool:
@@ -96,7 +104,12 @@ class AsyncJobContext:
                 await conn.commit()
             else:
                 await conn.rollback()
-        finally:
+        except BaseException:
+            await conn.close()
+            raise
+        if async_connection_reusable(conn):
+            await _kept.keep(self._key(), conn)  # the next job on this loop starts at once
+        else:
             await conn.close()
 
     def drop(self) -> None:
@@ -104,3 +117,42 @@ class AsyncJobContext:
         conn, self._conn = self._conn, None
         if conn is not None:
             async_connection_drop(conn)
+
+
+class _Kept(threading.local):
+    """One idle connection per thread, for the next job on the same event loop (a runner
+    thread's loop lives as long as the thread): no connection set-up per job. A connection of
+    another loop, engine or schema is never handed out; it is dropped when replaced."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    key: tuple[str, str] | None = None
+    conn: AsyncConnection | None = None
+
+    def take(self, key: tuple[str, str]) -> AsyncConnection | None:
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return None
+        if (self.loop is asyncio.get_running_loop() and self.key == key
+                and async_connection_reusable(conn)):
+            return conn
+        async_connection_drop(conn)
+        return None
+
+    async def keep(self, key: tuple[str, str], conn: AsyncConnection) -> None:
+        old, self.conn = self.conn, conn
+        self.loop, self.key = asyncio.get_running_loop(), key
+        if old is not None:
+            async_connection_drop(old)
+
+    async def close(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            await conn.close()
+
+
+_kept = _Kept()
+
+
+async def close_kept() -> None:
+    """Close this thread's idle connection (before its event loop ends)."""
+    await _kept.close()

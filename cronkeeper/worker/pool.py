@@ -140,8 +140,12 @@ class ChildProcess:
     def retire(self, grace: float) -> None:
         """Close its pipe (it exits when idle), then kill whatever is left of its group."""
         self._close()
+        self.reap(clock.monotonic() + max(grace, 0.5))
+
+    def reap(self, deadline: float) -> None:
+        """Wait until ``deadline`` for the child to exit (its pipe closed), then kill the rest."""
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(max(grace, 0.5))
+            self.popen.wait(max(0.0, deadline - clock.monotonic()))
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -241,7 +245,7 @@ class ProcessPool:
                               f"{child.pid} and its process group killed")
             if not isinstance(msg, dict):
                 text = child.exit_text()
-                self._drop(child, replace=True)
+                self._drop(child, replace=not held.released)  # a drain needs no replacement
                 if backend is not None:
                     end_session(backend)
                 if not held.released:  # a drain kills what it releases: no news
@@ -282,8 +286,11 @@ class ProcessPool:
             self._stopping = True
             children = list(self._all)
             self._all.clear()
+        for child in children:  # all pipes first: the children exit side by side
+            child._close()
+        deadline = clock.monotonic() + max(self.config.kill_grace, 0.5)
         for child in children:
-            child.retire(0.5)
+            child.reap(deadline)
         self._spawner.shutdown(wait=False)
 
 

@@ -274,3 +274,20 @@ def test_testing_runs_async_handlers_twice_and_classifies_them(engine, schema, r
     assert count() == 2
     assert testing.classify(h.async_fails, {}).retryable
     assert testing.classify(h.async_permanent, {}).permanent
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_jobs_committed_by_their_handler_are_counted_as_finished(
+        engine, schema, runs, workers, isolation):
+    """The recorder never sees a job whose handler's transaction committed the completion:
+    its ending is counted where it is committed (the running gauge comes back to zero)."""
+    from test_metrics_worker import _free_port, _scrape
+
+    port = _free_port()
+    jobs = [add(engine, schema, "count", key=f"m{n}") for n in range(3)]
+    workers("--isolation", isolation, "--concurrency", "2", "--metrics-address", f"127.0.0.1:{port}")
+    wait_until(lambda: [state(engine, j) for j in jobs] == ["succeeded"] * 3, 60)
+    values = wait_until(lambda: (lambda v: v if v.get(
+        'cronkeeper_jobs_finished_total{outcome="succeeded",owner="",schedule=""}') == 3
+        else None)(_scrape(port)), 15, message="three successes reported")
+    assert values["cronkeeper_jobs_running"] == 0

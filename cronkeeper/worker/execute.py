@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from cronkeeper import clock
+from cronkeeper import clock, metrics
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker import commands
@@ -79,15 +79,24 @@ def settle_done(worker: Host, held: Running, done: Ending | str, settled: bool =
         return done
     if not settled and not held.settle():
         return None  # timed out or released meanwhile: that ending is recorded (fenced)
+    account_commit(worker, held, committed=done == Done.COMMITTED)
+    return None
+
+
+def account_commit(worker: Host, held: Running, *, committed: bool) -> None:
+    """A job whose handler's transaction ended with its fenced completion (committed, or
+    refused and rolled back: lease lost): the recorder never sees it, so count it here."""
     job = held.job
-    if done == Done.COMMITTED:
+    if committed:
         worker.stats["succeeded"] += 1
     else:
         worker.stats["lost"] += 1
         log.warning("lease lost: job=%d key=%s attempt=%d: handler's transaction rolled back",
                     job.id, job.key, job.attempt, extra={"action": "lease_lost"})
+    metrics.current().job_finished(
+        job.schedule, job.owner, "succeeded" if committed else "lease_expired",
+        clock.monotonic() - held.started if held.started else 0.0, job.attempt, final=committed)
     worker.forget(held)
-    return None
 
 
 def run_command(worker: Host, held: Running) -> Ending | None:

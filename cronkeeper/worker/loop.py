@@ -28,7 +28,7 @@ from cronkeeper.db import outbox as db
 from cronkeeper.db.engine import Engine, advisory_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind
-from cronkeeper.worker.execute import execute
+from cronkeeper.worker.execute import account_commit, execute
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
@@ -276,29 +276,26 @@ class Worker:
         ctx = held.ctx
         if ctx is not None and ctx.in_transaction:
             if ending.kind is Kind.SUCCEEDED:
-                ending = self._commit_with_completion(held)
-                if ending.kind is Kind.SUCCEEDED:
-                    self.forget(held)
+                failed = self._commit_with_completion(held)
+                if failed is None:
                     return
+                ending = failed
             else:
                 ctx.finish(commit=False)
         self.forget(held, keep_until_recorded=True)
         self.endings.put((held, ending))
 
-    def _commit_with_completion(self, held: Running) -> Ending:
-        ctx, job = held.ctx, held.job
+    def _commit_with_completion(self, held: Running) -> Ending | None:
+        """None once accounted for (committed, or refused: lease lost); else the failure."""
+        ctx = held.ctx
         assert ctx is not None
         try:
-            if not ctx.complete(self.config.worker_id):
-                self.stats["lost"] += 1
-                log.warning("lease lost: job=%d key=%s attempt=%d: handler's transaction "
-                            "rolled back", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
-                return Ending(Kind.SUCCEEDED)
-            self.stats["succeeded"] += 1
-            return Ending(Kind.SUCCEEDED)
+            committed = ctx.complete(self.config.worker_id)
         except Exception as exc:  # noqa: BLE001 - the commit failed: the attempt failed
             ctx.finish(commit=False)
             return Ending(Kind.RETRYABLE, f"committing the job's transaction failed: {exc}")
+        account_commit(self, held, committed=committed)
+        return None
 
     def forget(self, held: Running, keep_until_recorded: bool = False) -> None:
         with self._lock:

@@ -25,12 +25,14 @@ from cronkeeper.errors import UsageError
 AsyncConnection = psycopg.AsyncConnection
 
 
-async def async_job_connection(engine: sa.Engine, schema: str) -> psycopg.AsyncConnection:
+async def async_job_connection(
+    engine: sa.Engine, schema: str, application_name: str = "cronkeeper-worker"
+) -> psycopg.AsyncConnection:
     """A new async connection to the engine's database, its search_path on ``schema``."""
     info = conninfo(engine.url, options=f"-c search_path={check_schema_name(schema)}")
     with translate_errors("opening the job's async connection"):
         return await psycopg.AsyncConnection.connect(
-            info, application_name="cronkeeper-worker", connect_timeout=10
+            info, application_name=application_name, connect_timeout=10
         )
 
 
@@ -91,9 +93,19 @@ def backend_pid(conn: sa.Connection | psycopg.Connection | psycopg.AsyncConnecti
     return int(driver(conn).info.backend_pid)
 
 
+HANDLER_APPLICATION = "cronkeeper-handler"  # application_name of handler processes' sessions
+
+_TERMINATE = """
+SELECT pg_terminate_backend(pid, %(ms)s) FROM pg_stat_activity
+WHERE pid = %(pid)s AND application_name = %(app)s
+"""
+
+
 def backend_terminate(conn: sa.Connection, pid: int, wait_ms: int = 5000) -> bool:
-    """End a session and wait (up to ``wait_ms``) until it is gone, its transaction rolled
-    back; False when it had already ended (or outlived the wait)."""
-    row = driver(conn).execute("SELECT pg_terminate_backend(%(pid)s, %(ms)s)",
-                               {"pid": pid, "ms": wait_ms}).fetchone()
+    """End a handler process's session and wait (up to ``wait_ms``) until it is gone, its
+    transaction rolled back; False when it had already ended (or outlived the wait). Only a
+    session of a handler process: a pid the server has since given to another client's
+    session is left alone."""
+    row = driver(conn).execute(_TERMINATE, {"pid": pid, "ms": wait_ms,
+                                            "app": HANDLER_APPLICATION}).fetchone()
     return bool(row and row[0])

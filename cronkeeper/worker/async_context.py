@@ -49,6 +49,7 @@ class AsyncJobContext:
     schema: str = "cronkeeper"
     engine: Engine | None = field(default=None, repr=False)
     on_open: Callable[[AsyncConnection], None] | None = field(default=None, repr=False)
+    application_name: str = field(default="cronkeeper-worker", repr=False)
     _conn: AsyncConnection | None = field(default=None, repr=False)
 
     async def connection(self) -> AsyncConnection:
@@ -56,8 +57,8 @@ class AsyncJobContext:
         if self._conn is None:
             if self.engine is None:
                 raise RuntimeError("this job context has no database")
-            self._conn = _kept.take(self._key()) or await async_job_connection(self.engine,
-                                                                               self.schema)
+            self._conn = _kept.take(self._key()) or await async_job_connection(
+                self.engine, self.schema, self.application_name)
             if self.on_open is not None:
                 self.on_open(self._conn)
         return self._conn

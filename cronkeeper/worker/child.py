@@ -98,8 +98,10 @@ class _Child:
         self.out = out
         self.worker_id: str = init["worker_id"]
         self.schema: str = init["schema"]
+        from cronkeeper.db.sessions import HANDLER_APPLICATION
+
         self.engine = make_engine(normalize_url(init["database_url"]), self.schema, pool_size=1,
-                                  application_name="cronkeeper-handler")
+                                  application_name=HANDLER_APPLICATION)
         self.jobs = 0
 
     def report_session(self, conn: Any) -> None:
@@ -123,10 +125,12 @@ class _Child:
             handler = resolve(job["task"])
             payload = handler.prepare(json.loads(job["payload_json"]))
             if handler.is_async:
+                from cronkeeper.db.sessions import HANDLER_APPLICATION
                 from cronkeeper.worker.async_context import AsyncJobContext
 
-                result = call_async(handler.func, payload, AsyncJobContext(**fields),
-                                    self.worker_id, timeout=None, grace=0.0)
+                ctx = AsyncJobContext(**fields, application_name=HANDLER_APPLICATION)
+                result = call_async(handler.func, payload, ctx, self.worker_id, timeout=None,
+                                    grace=0.0)
             else:
                 from cronkeeper.worker.context import JobContext
 

@@ -1,0 +1,135 @@
+"""The RQ target: enqueue each job by dotted function name, with a deterministic job id and
+``unique=True`` so a republish of the same job is refused by RQ itself (docs/feeding-rq.md).
+
+- function: the job's task as a dotted path (``billing.jobs:send`` is sent as
+  ``billing.jobs.send``); kwargs: the payload; serializer: RQ's JSONSerializer (workers run with
+  ``--serializer rq.serializers.JSONSerializer``); ``meta["idempotency_key"]``: the key.
+- job id: :func:`rq_job_id` (a reversible encoding of the key in RQ's id alphabet).
+- ``run_after`` in the future: ``enqueue_at`` (RQ's scheduler, ``rq worker --with-scheduler``).
+- A duplicate id (``DuplicateJobError``) means an earlier publish landed: already published.
+  RQ forgets a job ``result_ttl`` seconds after it finished (``failure_ttl`` after it failed);
+  after that the same id is accepted again, so the setting defaults to a day, far above the relay
+  lease that bounds a republish.
+
+Settings (``[targets.NAME]``): ``redis`` (URL), ``queue`` (default ``default``),
+``result_ttl`` (s, default 86400), ``failure_ttl`` (s, default RQ's), ``socket_timeout``
+(s, default 5). Route options: ``result_ttl``, ``at_front``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cronkeeper.relay.targets import _redis as r
+from cronkeeper.relay.targets.base import (
+    Completion,
+    Delivery,
+    PermanentPublishError,
+    RelayJob,
+    rq_job_id,
+)
+
+SETTINGS = frozenset({"kind", "redis", "queue", "result_ttl", "failure_ttl", "socket_timeout"})
+ROUTE_OPTIONS = frozenset({"result_ttl", "at_front"})
+DEFAULT_RESULT_TTL = 86_400
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+_STATES = {
+    "finished": Completion.SUCCEEDED,
+    "failed": Completion.FAILED,
+    "stopped": Completion.FAILED,
+    "canceled": Completion.FAILED,
+}
+
+
+def function_name(task: str) -> str:
+    """``pkg.mod:func`` or ``pkg.mod.func`` -> ``pkg.mod.func``; anything else is refused."""
+    dotted = task.replace(":", ".", 1) if task.count(":") == 1 else task
+    if not _DOTTED.fullmatch(dotted):
+        raise PermanentPublishError(
+            f"task {task!r} is not a dotted function path (package.module.function) RQ can import"
+        )
+    return dotted
+
+
+class RQTarget:
+    def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
+        where = f"target '{name}'"
+        r.check_keys(where, settings, SETTINGS)
+        self.name = name
+        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
+        self.queue_name = r.setting(where, settings, "queue", str, "default")
+        self.result_ttl = r.setting(where, settings, "result_ttl", int, DEFAULT_RESULT_TTL)
+        self.failure_ttl = r.setting(where, settings, "failure_ttl", int, None)
+        timeout = r.setting(where, settings, "socket_timeout", (int, float), 5)
+        from rq.serializers import JSONSerializer
+
+        self._serializer = JSONSerializer
+        self._redis = r.redis_client(self.url, float(timeout))
+        self._queues: dict[str, Any] = {}
+
+    def _queue(self, name: str):
+        queue = self._queues.get(name)
+        if queue is None:
+            from rq import Queue
+
+            queue = Queue(name, connection=self._redis, serializer=self._serializer)
+            self._queues[name] = queue
+        return queue
+
+    def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        from rq.exceptions import DuplicateJobError
+
+        options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
+        job_id = rq_job_id(job.key)
+        queue = self._queue(delivery.queue or self.queue_name)
+        call: dict[str, Any] = {
+            "kwargs": dict(job.payload),
+            "job_id": job_id,
+            "unique": True,
+            "meta": {"idempotency_key": job.key},
+            "result_ttl": options.get("result_ttl", self.result_ttl),
+            "failure_ttl": self.failure_ttl,
+            "description": job.key,
+            "at_front": bool(options.get("at_front", False)),
+        }
+        if job.timeout and job.timeout > 0:
+            call["timeout"] = math.ceil(job.timeout)
+        func = function_name(job.task)
+        delay = r.delay_seconds(job.run_after)
+        with r.publishing(self.name, f"enqueue {job_id} on {r.redacted(self.url)}"):
+            try:
+                if delay > 0:
+                    queue.enqueue_at(job.run_after, func, **_at_kwargs(call))
+                else:
+                    queue.enqueue_call(func, **call)
+            except DuplicateJobError:
+                pass  # an earlier publish of this job landed: RQ holds it under the same id
+        return job_id
+
+    def status(self, target_id: str) -> Completion:
+        from rq.job import Job
+
+        with r.publishing(self.name, f"status of {target_id}"):
+            raw = self._redis.hget(Job.key_for(target_id), "status")
+        if raw is None:
+            return Completion.UNKNOWN  # never published here, or expired (result_ttl)
+        return _STATES.get(raw.decode(), Completion.PENDING)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def _at_kwargs(call: dict[str, Any]) -> dict[str, Any]:
+    """``enqueue_at`` takes RQ's options as keyword arguments beside ``args``/``kwargs``."""
+    out = dict(call)
+    out["job_timeout"] = out.pop("timeout", None)
+    return out
+
+
+def build(name: str, settings: Mapping[str, Any]) -> RQTarget:
+    return RQTarget(name, settings)
+

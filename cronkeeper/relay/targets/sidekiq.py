@@ -1,0 +1,154 @@
+"""The Sidekiq target: plain Redis writes in Sidekiq's documented job format (the Job-Format page
+of Sidekiq's wiki), exactly what ``Sidekiq::Client#atomic_push`` writes, so Ruby workers run the
+jobs unchanged (docs/feeding-sidekiq.md).
+
+Now: ``SADD queues <queue>`` and ``LPUSH queue:<queue> <json>``; ``run_after`` in the future:
+``ZADD schedule <at> <json>`` (the scheduled form carries no ``enqueued_at``), both in one
+MULTI/EXEC, so a publish lands whole or not at all. The JSON object:
+``class`` (the task), ``args`` (``[payload]``, or the payload's values in the order a route's
+``args`` option names), ``jid`` (:func:`sidekiq_jid`), ``queue``, ``retry``, ``created_at``,
+``enqueued_at`` and ``idempotency_key``.
+
+Timestamps: ``timestamps = "seconds"`` (float epoch seconds, as Sidekiq 6 and 7 write them; the
+default, because Sidekiq 8 still reads that form) or ``"milliseconds"`` (integer epoch ms, as
+Sidekiq 8 writes them). The ``schedule`` score is float seconds in every version.
+
+Sidekiq does not dedupe by jid. ``status()`` and dedupe need the optional server middleware in
+``contrib/sidekiq/cronkeeper_middleware.rb``, which records each jid's run under
+``cronkeeper:sidekiq:<jid>``; without it, ``status()`` is UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from cronkeeper import clock
+from cronkeeper.relay.targets import _redis as r
+from cronkeeper.relay.targets._redis import TargetConfigError
+from cronkeeper.relay.targets.base import (
+    Completion,
+    Delivery,
+    PermanentPublishError,
+    RelayJob,
+    sidekiq_jid,
+)
+
+SETTINGS = frozenset({"kind", "redis", "queue", "retry", "timestamps", "status_prefix",
+                      "socket_timeout"})
+ROUTE_OPTIONS = frozenset({"retry", "timestamps", "args"})
+TIMESTAMPS = ("seconds", "milliseconds")
+STATUS_PREFIX = "cronkeeper:sidekiq:"  # the middleware's default (CRONKEEPER_SIDEKIQ_PREFIX)
+
+_STATES = {b"succeeded": Completion.SUCCEEDED, b"failed": Completion.FAILED}
+
+
+def stamp(at: datetime, timestamps: str) -> float | int:
+    """An instant as Sidekiq writes it: float epoch seconds (6, 7) or integer epoch ms (8)."""
+    seconds = at.timestamp()
+    return round(seconds * 1000) if timestamps == "milliseconds" else float(seconds)
+
+
+def job_args(payload: Mapping[str, Any], names: list[str] | None) -> list[Any]:
+    """``[payload]`` (one hash argument), or the named payload values as positional args."""
+    if names is None:
+        return [dict(payload)]
+    missing = [n for n in names if n not in payload]
+    if missing:
+        raise PermanentPublishError(f"payload has no {', '.join(map(repr, missing))} for args")
+    return [payload[n] for n in names]
+
+
+def job_hash(job: RelayJob, queue: str, *, retry: bool | int, timestamps: str,
+             args: list[str] | None, now: datetime, scheduled: bool) -> dict[str, Any]:
+    """The job hash Sidekiq's client would write (without ``enqueued_at`` when scheduled)."""
+    item: dict[str, Any] = {
+        "class": job.task,
+        "args": job_args(job.payload, args),
+        "jid": sidekiq_jid(job.key),
+        "queue": queue,
+        "retry": retry,
+        "created_at": stamp(now, timestamps),
+        "idempotency_key": job.key,
+    }
+    if not scheduled:
+        item["enqueued_at"] = stamp(now, timestamps)
+    return item
+
+
+def _check_retry(where: str, value: Any) -> bool | int:
+    if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+        return value
+    raise TargetConfigError(f"{where}: 'retry' must be true, false or a count >= 0, not {value!r}")
+
+
+def _check_timestamps(where: str, value: Any) -> str:
+    if value not in TIMESTAMPS:
+        raise TargetConfigError(
+            f"{where}: 'timestamps' must be \"seconds\" (Sidekiq 6/7) or \"milliseconds\" "
+            f"(Sidekiq 8), not {value!r}"
+        )
+    return value
+
+
+def _check_args(where: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TargetConfigError(f"{where}: 'args' must be a list of payload keys, not {value!r}")
+    return value
+
+
+class SidekiqTarget:
+    def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
+        where = f"target '{name}'"
+        r.check_keys(where, settings, SETTINGS)
+        self.name = name
+        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
+        self.queue = r.setting(where, settings, "queue", str, "default")
+        self.retry = _check_retry(where, settings.get("retry", True))
+        self.timestamps = _check_timestamps(where, settings.get("timestamps", "seconds"))
+        self.status_prefix = r.setting(where, settings, "status_prefix", str, STATUS_PREFIX)
+        timeout = r.setting(where, settings, "socket_timeout", (int, float), 5)
+        self._redis = r.redis_client(self.url, float(timeout))
+
+    def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        where = f"target '{self.name}' route"
+        options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
+        queue = delivery.queue or self.queue
+        now = clock.wall()
+        scheduled = job.run_after > now
+        item = job_hash(
+            job, queue,
+            retry=_check_retry(where, options.get("retry", self.retry)),
+            timestamps=_check_timestamps(where, options.get("timestamps", self.timestamps)),
+            args=_check_args(where, options["args"]) if "args" in options else None,
+            now=now, scheduled=scheduled,
+        )
+        try:
+            body = json.dumps(item, separators=(",", ":"), allow_nan=False)
+        except ValueError as exc:
+            raise PermanentPublishError(f"job {job.key}: payload is not strict JSON: {exc}") from exc
+        with r.publishing(self.name, f"push {item['jid']} to {r.redacted(self.url)}"):
+            pipe = self._redis.pipeline(transaction=True)
+            if scheduled:
+                pipe.zadd("schedule", {body: job.run_after.timestamp()})
+            else:
+                pipe.sadd("queues", queue)
+                pipe.lpush(f"queue:{queue}", body)
+            pipe.execute()
+        return item["jid"]
+
+    def status(self, target_id: str) -> Completion:
+        with r.publishing(self.name, f"status of {target_id}"):
+            raw = self._redis.get(self.status_prefix + target_id)
+        if raw is None:
+            return Completion.UNKNOWN  # not started yet, or no middleware: the timeout bound applies
+        return _STATES.get(raw, Completion.PENDING)  # "running:<token>" while a server runs it
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def build(name: str, settings: Mapping[str, Any]) -> SidekiqTarget:
+    return SidekiqTarget(name, settings)

@@ -12,6 +12,8 @@ have redis-server || need+=(redis-server)     # RQ, Sidekiq and BullMQ relay tar
 have rabbitmq-server || need+=(rabbitmq-server)  # the Celery relay target on AMQP
 [ -x /usr/bin/chromium ] || need+=(chromium)         # cronkeeper web in a real browser
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)  # ... driven by Selenium
+have sidekiq || need+=(ruby-sidekiq)          # a real Sidekiq server (6.4) for the Sidekiq target
+have node || need+=(nodejs npm)               # a real BullMQ worker for the BullMQ target
 if [ "${#need[@]}" -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -28,5 +30,11 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
   echo "test-deps: starting rabbitmq on 127.0.0.1:5672"
   rabbitmq-server -detached || service rabbitmq-server start
   for _ in $(seq 1 60); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 1; done
+fi
+# npm packages the tests run (a BullMQ worker), pinned by tests/node/package-lock.json.
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -d "$repo/tests/node/node_modules" ]; then
+  echo "test-deps: npm ci in tests/node"
+  npm ci --prefix "$repo/tests/node" --no-audit --no-fund >/dev/null
 fi
 exit 0

@@ -1,0 +1,225 @@
+"""The BullMQ target, through the official Python ``bullmq`` package: ``Queue.add(name, data,
+{"jobId": ..., "delay": ...})``, so Node workers run the jobs unchanged (docs/feeding-bullmq.md).
+
+- job name: the task; data: the payload; ``jobId``: :func:`bullmq_job_id` (``ck-`` + a
+  reversible encoding of the key). BullMQ refuses ids holding ``:`` and integer-like ids, and the
+  Python client does not check, so this module does before anything is sent.
+- ``delay``: milliseconds until ``run_after`` when it is still in the future.
+- A duplicate ``jobId``: BullMQ keeps the job it holds and returns its id. The target asks
+  ``EXISTS`` in the same MULTI/EXEC as the add, so it knows the publish was a duplicate (counted,
+  logged) and treats it as already published.
+- ``removeOnComplete = {"age": keep_completed}`` (default one day, never below the relay's
+  60 s lease): a republish after the job finished still meets the job and is absorbed.
+- ``attempts`` and ``backoff``: BullMQ's own, left to the queue's defaults or set per route.
+- target id: the job id, or ``<queue>/<job id>`` for a queue other than the target's default.
+
+bullmq is asyncio; the relay is synchronous. The target owns one event loop on a private thread
+and hands it each call (``run_coroutine_threadsafe``) with a deadline, so the relay never awaits.
+
+Settings: ``redis`` (URL), ``queue`` (default ``default``), ``prefix`` (default ``bull``),
+``keep_completed`` (s), ``attempts``, ``backoff`` (table), ``socket_timeout`` (s, default 5).
+Route options: ``attempts``, ``backoff``, ``priority``, ``keep_completed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from cronkeeper.relay.targets import _redis as r
+from cronkeeper.relay.targets._redis import TargetConfigError
+from cronkeeper.relay.targets.base import (
+    Completion,
+    Delivery,
+    PermanentPublishError,
+    PublishError,
+    RelayJob,
+    bullmq_job_id,
+)
+
+log = logging.getLogger("cronkeeper.relay.bullmq")
+
+SETTINGS = frozenset({"kind", "redis", "queue", "prefix", "keep_completed", "attempts", "backoff",
+                      "socket_timeout"})
+ROUTE_OPTIONS = frozenset({"attempts", "backoff", "priority", "keep_completed"})
+DEFAULT_KEEP_COMPLETED = 86_400
+MIN_KEEP_COMPLETED = 60  # the relay's default lease: a republish comes within it
+
+_STATES = {
+    "completed": Completion.SUCCEEDED,
+    "failed": Completion.FAILED,
+    "active": Completion.PENDING,
+    "waiting": Completion.PENDING,
+    "wait": Completion.PENDING,
+    "delayed": Completion.PENDING,
+    "prioritized": Completion.PENDING,
+    "waiting-children": Completion.PENDING,
+    "paused": Completion.PENDING,
+}
+
+
+def check_job_id(job_id: str) -> str:
+    """BullMQ's rules for custom ids: no ``:`` (its key separator), not an integer (those are
+    its own counter's ids)."""
+    if not job_id or ":" in job_id or job_id.lstrip("-").isdigit():
+        raise PermanentPublishError(f"BullMQ refuses the job id {job_id!r}")
+    return job_id
+
+
+def _keep(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_KEEP_COMPLETED:
+        raise TargetConfigError(
+            f"{where}: 'keep_completed' must be whole seconds >= {MIN_KEEP_COMPLETED} (the relay "
+            f"lease; a shorter one lets a republish run twice), not {value!r}"
+        )
+    return value
+
+
+class _LoopThread:
+    """One asyncio loop on a daemon thread; ``run`` blocks the caller until a coroutine ends."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class BullMQTarget:
+    def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
+        where = f"target '{name}'"
+        r.check_keys(where, settings, SETTINGS)
+        self.name = name
+        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
+        self.queue_name = r.setting(where, settings, "queue", str, "default")
+        self.prefix = r.setting(where, settings, "prefix", str, "bull")
+        if not self.prefix or ":" in self.prefix:
+            raise TargetConfigError(f"{where}: 'prefix' must be a non-empty name without ':'")
+        self.keep_completed = _keep(where, settings.get("keep_completed", DEFAULT_KEEP_COMPLETED))
+        self.defaults: dict[str, Any] = {}
+        if "attempts" in settings:
+            self.defaults["attempts"] = r.setting(where, settings, "attempts", int, None)
+        if "backoff" in settings:
+            self.defaults["backoff"] = dict(r.setting(where, settings, "backoff", dict, None))
+        self.timeout = float(r.setting(where, settings, "socket_timeout", (int, float), 5))
+        self.duplicates = 0  # publishes BullMQ absorbed (the job id was already there)
+        self._loop = _LoopThread(f"bullmq-{name}")
+        self._redis = self._loop.run(self._connect(), self.timeout * 2)
+        self._queues: dict[str, Any] = {}
+
+    async def _connect(self):
+        import redis.asyncio as aredis
+
+        # bullmq's own connection retries for minutes when Redis is down; the relay would rather
+        # fail this publish and retry it with backoff under its own lease.
+        return aredis.Redis.from_url(self.url, decode_responses=True,
+                                     socket_timeout=self.timeout,
+                                     socket_connect_timeout=self.timeout)
+
+    def _queue(self, name: str):
+        queue = self._queues.get(name)
+        if queue is None:
+            from bullmq import Queue
+
+            async def make():
+                return Queue(name, {"connection": self._redis, "prefix": self.prefix})
+
+            queue = self._loop.run(make(), self.timeout)
+            self._queues[name] = queue
+        return queue
+
+    def _call(self, what: str, coro: Coroutine[Any, Any, Any]) -> Any:
+        with r.publishing(self.name, f"{what} on {r.redacted(self.url)}"):
+            try:
+                return self._loop.run(coro, self.timeout * 3)
+            except TimeoutError as exc:
+                raise PublishError(f"target '{self.name}': {what}: no answer from Redis") from exc
+
+    def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        where = f"target '{self.name}' route"
+        options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
+        job_id = check_job_id(bullmq_job_id(job.key))
+        opts: dict[str, Any] = {
+            **self.defaults,
+            "jobId": job_id,
+            "removeOnComplete": {"age": _keep(where, options.get("keep_completed",
+                                                                  self.keep_completed))},
+        }
+        for key in ("attempts", "backoff", "priority"):
+            if key in options:
+                opts[key] = options[key]
+        delay = r.delay_seconds(job.run_after)
+        if delay > 0:
+            opts["delay"] = max(1, round(delay * 1000))
+        queue = self._queue(delivery.queue or self.queue_name)
+        existed, added = self._call(f"add {job_id}", _add(queue, job, opts))
+        if isinstance(added, int) and added < 0:
+            raise PermanentPublishError(f"target '{self.name}': BullMQ refused {job_id} ({added})")
+        if existed:
+            self.duplicates += 1
+            log.info("duplicate publish absorbed by BullMQ", extra={
+                "action": "relay_duplicate", "target": self.name, "target_id": job_id,
+                "key": job.key})
+        return self.target_id(delivery.queue or self.queue_name, job_id)
+
+    def target_id(self, queue_name: str, job_id: str) -> str:
+        """The job id, prefixed with ``<queue>/`` when the job went to a queue other than the
+        target's default: BullMQ keys jobs by queue, and ``status`` must find it after a relay
+        restart (job ids never hold ``/``)."""
+        return job_id if queue_name == self.queue_name else f"{queue_name}/{job_id}"
+
+    def status(self, target_id: str) -> Completion:
+        from bullmq import Job
+
+        queue_name, _, job_id = target_id.rpartition("/")
+        queue = self._queue(queue_name or self.queue_name)
+        target_id = job_id
+
+        async def state() -> str | None:
+            found = await Job.fromId(queue, target_id)
+            return None if found is None else await found.getState()
+
+        found = self._call(f"state of {target_id}", state())
+        return Completion.UNKNOWN if found is None else _STATES.get(found, Completion.UNKNOWN)
+
+    def close(self) -> None:
+        async def shutdown() -> None:
+            await self._redis.aclose()
+
+        try:
+            self._loop.run(shutdown(), self.timeout)
+        finally:
+            self._loop.stop()
+
+
+async def _add(queue: Any, job: RelayJob, opts: dict[str, Any]) -> tuple[bool, Any]:
+    """``EXISTS`` and BullMQ's add script in one MULTI/EXEC: whether the id was already there,
+    and what the script returned (the job id, or a negative error code)."""
+    from bullmq import Job
+
+    bull_job = Job(queue, job.task, dict(job.payload), opts)
+    async with queue.client.pipeline(transaction=True) as pipe:
+        pipe.exists(queue.toKey(opts["jobId"]))
+        await queue.scripts.addJob(bull_job, pipe)
+        existed, added = await pipe.execute()
+    return bool(existed), added
+
+
+def build(name: str, settings: Mapping[str, Any]) -> BullMQTarget:
+    return BullMQTarget(name, settings)

@@ -26,6 +26,7 @@ from cronkeeper.relay.targets.base import (
     Delivery,
     PermanentPublishError,
     PublishError,
+    TargetUnavailable,
     rq_job_id,
     unsafe_id,
 )
@@ -125,10 +126,9 @@ def test_redis_down_fails_the_publish_and_a_retry_after_restart_loses_nothing(
     run_worker(private_redis.url, queue, out)
     private_redis.stop()
     second = relay_job("outage", 2)
-    with pytest.raises(PublishError) as failure:
+    with pytest.raises(TargetUnavailable) as failure:  # the relay rests the target, retries
         target.publish(second, Delivery(queue=queue))
-    assert not isinstance(failure.value, PermanentPublishError)
-    assert "rq-test" in str(failure.value)
+    assert "rq-test" in str(failure.value) and "Redis unreachable" in str(failure.value)
     private_redis.start()  # an empty Redis: what a crash without persistence leaves
     target.publish(second, Delivery(queue=queue))  # the relay's retry, same id
     run_worker(private_redis.url, queue, out)
@@ -149,10 +149,18 @@ def test_task_spellings_map_to_rqs_dotted_path():
 def test_bad_settings_are_refused_with_a_suggestion():
     with pytest.raises(TargetConfigError, match="unknown setting 'reddis' \\(did you mean 'redis'\\?\\)"):
         rq_target.build("rq-x", {"kind": "rq", "reddis": "redis://127.0.0.1:1/0"})
-    with pytest.raises(TargetConfigError, match="'result_ttl' must be an integer"):
+    with pytest.raises(TargetConfigError, match="'result_ttl' must be a whole number >= 1"):
         rq_target.build("rq-x", {"kind": "rq", "result_ttl": "1d"})
+    # What `cronkeeper validate --relay-config` reports: every problem, by key.
+    assert rq_target.check({"kind": "rq", "redis": "http://x", "queue": "", "at_front": 1}) == [
+        ("at_front", "unknown setting 'at_front' (known: failure_ttl, kind, queue, redis, "
+                     "result_ttl, socket_timeout)"),
+        ("redis", "'redis' must be a redis://, rediss:// or unix:// URL, not 'http://x'"),
+        ("queue", "'queue' must be a non-empty string, not ''"),
+    ]
 
 
-def test_an_unknown_route_option_is_refused(target):
-    with pytest.raises(TargetConfigError, match="unknown setting 'resut_ttl'"):
+def test_a_wrong_route_option_fails_the_publish_retryably(target):
+    with pytest.raises(PublishError, match="unknown setting 'resut_ttl'") as failure:
         target.publish(relay_job("x", 1), Delivery(queue="q", options=(("resut_ttl", 5),)))
+    assert not isinstance(failure.value, PermanentPublishError)

@@ -69,7 +69,7 @@ def test_a_whole_second_is_still_a_float_in_the_seconds_form():
 
 
 def test_bad_timestamp_setting_is_refused():
-    with pytest.raises(Exception, match='"seconds" \\(Sidekiq 6/7\\) or "milliseconds"'):
+    with pytest.raises(Exception, match="'timestamps' must be \"seconds\" or \"milliseconds\""):
         sidekiq_target.build("sk", {"kind": "sidekiq", "timestamps": "ms"})
 
 

@@ -1,61 +1,107 @@
-"""What the three Redis-backed targets (RQ, Sidekiq, BullMQ) share: checking a target's
-settings and a route's options, one Redis client per target, and Redis failures translated into
-the seam's errors (every Redis failure is retryable: the same id is published again)."""
+"""What the three Redis-backed targets (RQ, Sidekiq, BullMQ) share: their settings checked by
+small rules (``check`` for ``cronkeeper validate --relay-config``, again in ``build``), route
+options checked at publish, one Redis client per target, and Redis failures translated into the
+seam's errors: an unreachable Redis is ``TargetUnavailable`` (the relay rests the target and hands
+the batch back), any other Redis failure a retryable ``PublishError``. The target id is
+deterministic, so a retry cannot make a second job where the first one landed.
+
+Imports no queue library at module import: validation stays light."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from cronkeeper import clock
 from cronkeeper.errors import CronkeeperError
-from cronkeeper.relay.targets.base import Delivery, PublishError
+from cronkeeper.relay.targets.base import Delivery, PublishError, TargetUnavailable
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 
+Rule = Callable[[Any], str | None]  # a message when the value is wrong, else None
+
 
 class TargetConfigError(CronkeeperError):
-    """A target's settings or a route's options are wrong: the relay refuses to start."""
+    """A target's settings are wrong: the relay refuses to start."""
 
     exit_code = 2
 
 
-_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false",
-          dict: "a table", list: "a list"}
+# -- rules ----------------------------------------------------------------------------------
 
 
-def check_keys(where: str, given: Mapping[str, Any], known: frozenset[str]) -> None:
-    """Every unknown key at once, each with a did-you-mean where one is close."""
-    problems = []
-    for key in sorted(set(given) - known):
-        close = difflib.get_close_matches(key, sorted(known), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        problems.append(f"{where}: unknown setting '{key}'{hint}")
+def text(value: Any) -> str | None:
+    return None if isinstance(value, str) and value else "must be a non-empty string"
+
+
+def redis_url(value: Any) -> str | None:
+    if not isinstance(value, str) or not value.startswith(("redis://", "rediss://", "unix://")):
+        return "must be a redis://, rediss:// or unix:// URL"
+    return None
+
+
+def integer(low: int) -> Rule:
+    def rule(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            return f"must be a whole number >= {low}"
+        return None
+    return rule
+
+
+def seconds(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return "must be a number of seconds > 0"
+    return None
+
+
+def boolean(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
+def one_of(*allowed: str) -> Rule:
+    def rule(value: Any) -> str | None:
+        return None if value in allowed else "must be " + " or ".join(f'"{a}"' for a in allowed)
+    return rule
+
+
+def table(value: Any) -> str | None:
+    return None if isinstance(value, dict) else "must be a table, e.g. { type = \"fixed\", delay = 1000 }"
+
+
+def check_settings(given: Mapping[str, Any], rules: Mapping[str, Rule]) -> list[tuple[str, str]]:
+    """Every problem at once, as (key, message); unknown keys with a did-you-mean."""
+    problems: list[tuple[str, str]] = []
+    known = sorted({"kind", *rules})
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(known)})"
+            problems.append((key, f"unknown setting '{key}'{hint}"))
+    for key, rule in rules.items():
+        if key in given and (message := rule(given[key])) is not None:
+            problems.append((key, f"'{key}' {message}, not {given[key]!r}"))
+    return problems
+
+
+def require_valid(name: str, problems: list[tuple[str, str]]) -> None:
     if problems:
-        raise TargetConfigError("; ".join(problems))
+        raise TargetConfigError("; ".join(f"target '{name}': {m}" for _, m in problems))
 
 
-def setting(where: str, settings: Mapping[str, Any], key: str, kind: type | tuple[type, ...],
-            default: Any) -> Any:
-    value = settings.get(key, default)
-    if value is default:
-        return value
-    if isinstance(value, bool) and kind in (int, float, (int, float)):
-        raise TargetConfigError(f"{where}: '{key}' must be a number, not {value!r}")
-    if not isinstance(value, kind):
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        names = " or ".join(_NAMES.get(k, k.__name__) for k in kinds)
-        raise TargetConfigError(f"{where}: '{key}' must be {names}, not {value!r}")
-    return value
-
-
-def route_options(target: str, delivery: Delivery, known: frozenset[str]) -> dict[str, Any]:
+def route_options(target: str, delivery: Delivery, rules: Mapping[str, Rule]) -> dict[str, Any]:
+    """A route's options, checked. A wrong one fails the publish (retryable: fixing the relay
+    config and restarting the relay lets the job through)."""
     options = dict(delivery.options)
-    check_keys(f"target '{target}' route options", options, known)
+    problems = check_settings({"kind": None, **options}, rules)
+    if problems:
+        raise PublishError(f"target '{target}': route options: " + "; ".join(m for _, m in problems))
     return options
+
+
+# -- Redis ----------------------------------------------------------------------------------
 
 
 def redis_client(url: str, timeout: float):
@@ -68,12 +114,12 @@ def redis_client(url: str, timeout: float):
 
 @contextmanager
 def publishing(target: str, what: str) -> Iterator[None]:
-    """Redis errors become PublishError (retryable: the target id is deterministic, so the
-    retry cannot make a second job where the first one landed)."""
     import redis
 
     try:
         yield
+    except redis.ConnectionError as exc:
+        raise TargetUnavailable(f"target '{target}': {what}: Redis unreachable: {exc}") from exc
     except redis.RedisError as exc:
         raise PublishError(f"target '{target}': {what} failed: {type(exc).__name__}: {exc}") from exc
 

@@ -30,7 +30,6 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from cronkeeper.relay.targets import _redis as r
-from cronkeeper.relay.targets._redis import TargetConfigError
 from cronkeeper.relay.targets.base import (
     Completion,
     Delivery,
@@ -42,11 +41,30 @@ from cronkeeper.relay.targets.base import (
 
 log = logging.getLogger("cronkeeper.relay.bullmq")
 
-SETTINGS = frozenset({"kind", "redis", "queue", "prefix", "keep_completed", "attempts", "backoff",
-                      "socket_timeout"})
-ROUTE_OPTIONS = frozenset({"attempts", "backoff", "priority", "keep_completed"})
 DEFAULT_KEEP_COMPLETED = 86_400
 MIN_KEEP_COMPLETED = 60  # the relay's default lease: a republish comes within it
+
+
+def _keep(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_KEEP_COMPLETED:
+        return (f"must be whole seconds >= {MIN_KEEP_COMPLETED} (the relay's lease; a shorter "
+                "one lets a republish run twice)")
+    return None
+
+
+def _prefix(value: Any) -> str | None:
+    return None if isinstance(value, str) and value and ":" not in value else \
+        "must be a non-empty name without ':'"
+
+
+SETTINGS: dict[str, r.Rule] = {
+    "redis": r.redis_url, "queue": r.text, "prefix": _prefix, "keep_completed": _keep,
+    "attempts": r.integer(1), "backoff": r.table, "socket_timeout": r.seconds,
+}
+ROUTE_OPTIONS: dict[str, r.Rule] = {
+    "attempts": r.integer(1), "backoff": r.table, "priority": r.integer(0),
+    "keep_completed": _keep,
+}
 
 _STATES = {
     "completed": Completion.SUCCEEDED,
@@ -69,13 +87,8 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def _keep(where: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_KEEP_COMPLETED:
-        raise TargetConfigError(
-            f"{where}: 'keep_completed' must be whole seconds >= {MIN_KEEP_COMPLETED} (the relay "
-            f"lease; a shorter one lets a republish run twice), not {value!r}"
-        )
-    return value
+def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return r.check_settings(settings, SETTINGS)
 
 
 class _LoopThread:
@@ -103,21 +116,14 @@ class _LoopThread:
 
 class BullMQTarget:
     def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
-        where = f"target '{name}'"
-        r.check_keys(where, settings, SETTINGS)
+        r.require_valid(name, check(settings))
         self.name = name
-        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
-        self.queue_name = r.setting(where, settings, "queue", str, "default")
-        self.prefix = r.setting(where, settings, "prefix", str, "bull")
-        if not self.prefix or ":" in self.prefix:
-            raise TargetConfigError(f"{where}: 'prefix' must be a non-empty name without ':'")
-        self.keep_completed = _keep(where, settings.get("keep_completed", DEFAULT_KEEP_COMPLETED))
-        self.defaults: dict[str, Any] = {}
-        if "attempts" in settings:
-            self.defaults["attempts"] = r.setting(where, settings, "attempts", int, None)
-        if "backoff" in settings:
-            self.defaults["backoff"] = dict(r.setting(where, settings, "backoff", dict, None))
-        self.timeout = float(r.setting(where, settings, "socket_timeout", (int, float), 5))
+        self.url = settings.get("redis", r.DEFAULT_REDIS)
+        self.queue_name = settings.get("queue", "default")
+        self.prefix = settings.get("prefix", "bull")
+        self.keep_completed = settings.get("keep_completed", DEFAULT_KEEP_COMPLETED)
+        self.defaults = {k: settings[k] for k in ("attempts", "backoff") if k in settings}
+        self.timeout = float(settings.get("socket_timeout", 5))
         self.duplicates = 0  # publishes BullMQ absorbed (the job id was already there)
         self._loop = _LoopThread(f"bullmq-{name}")
         self._redis = self._loop.run(self._connect(), self.timeout * 2)
@@ -152,14 +158,12 @@ class BullMQTarget:
                 raise PublishError(f"target '{self.name}': {what}: no answer from Redis") from exc
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
-        where = f"target '{self.name}' route"
         options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
         job_id = check_job_id(bullmq_job_id(job.key))
         opts: dict[str, Any] = {
             **self.defaults,
             "jobId": job_id,
-            "removeOnComplete": {"age": _keep(where, options.get("keep_completed",
-                                                                  self.keep_completed))},
+            "removeOnComplete": {"age": options.get("keep_completed", self.keep_completed)},
         }
         for key in ("attempts", "backoff", "priority"):
             if key in options:

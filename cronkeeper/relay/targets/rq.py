@@ -32,8 +32,11 @@ from cronkeeper.relay.targets.base import (
     rq_job_id,
 )
 
-SETTINGS = frozenset({"kind", "redis", "queue", "result_ttl", "failure_ttl", "socket_timeout"})
-ROUTE_OPTIONS = frozenset({"result_ttl", "at_front"})
+SETTINGS: dict[str, r.Rule] = {
+    "redis": r.redis_url, "queue": r.text, "result_ttl": r.integer(1),
+    "failure_ttl": r.integer(1), "socket_timeout": r.seconds,
+}
+ROUTE_OPTIONS: dict[str, r.Rule] = {"result_ttl": r.integer(1), "at_front": r.boolean}
 DEFAULT_RESULT_TTL = 86_400
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
@@ -55,16 +58,19 @@ def function_name(task: str) -> str:
     return dotted
 
 
+def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return r.check_settings(settings, SETTINGS)
+
+
 class RQTarget:
     def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
-        where = f"target '{name}'"
-        r.check_keys(where, settings, SETTINGS)
+        r.require_valid(name, check(settings))
         self.name = name
-        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
-        self.queue_name = r.setting(where, settings, "queue", str, "default")
-        self.result_ttl = r.setting(where, settings, "result_ttl", int, DEFAULT_RESULT_TTL)
-        self.failure_ttl = r.setting(where, settings, "failure_ttl", int, None)
-        timeout = r.setting(where, settings, "socket_timeout", (int, float), 5)
+        self.url = settings.get("redis", r.DEFAULT_REDIS)
+        self.queue_name = settings.get("queue", "default")
+        self.result_ttl = settings.get("result_ttl", DEFAULT_RESULT_TTL)
+        self.failure_ttl = settings.get("failure_ttl")
+        timeout = settings.get("socket_timeout", 5)
         from rq.serializers import JSONSerializer
 
         self._serializer = JSONSerializer

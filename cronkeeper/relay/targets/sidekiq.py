@@ -27,7 +27,6 @@ from typing import Any
 
 from cronkeeper import clock
 from cronkeeper.relay.targets import _redis as r
-from cronkeeper.relay.targets._redis import TargetConfigError
 from cronkeeper.relay.targets.base import (
     Completion,
     Delivery,
@@ -36,10 +35,26 @@ from cronkeeper.relay.targets.base import (
     sidekiq_jid,
 )
 
-SETTINGS = frozenset({"kind", "redis", "queue", "retry", "timestamps", "status_prefix",
-                      "socket_timeout"})
-ROUTE_OPTIONS = frozenset({"retry", "timestamps", "args"})
 TIMESTAMPS = ("seconds", "milliseconds")
+
+
+def _retry(value: Any) -> str | None:
+    ok = isinstance(value, bool) or (isinstance(value, int) and value >= 0)
+    return None if ok else "must be true, false or a count >= 0"
+
+
+def _args(value: Any) -> str | None:
+    ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return None if ok else "must be a list of payload keys"
+
+
+SETTINGS: dict[str, r.Rule] = {
+    "redis": r.redis_url, "queue": r.text, "retry": _retry,
+    "timestamps": r.one_of(*TIMESTAMPS), "status_prefix": r.text, "middleware": r.boolean,
+    "socket_timeout": r.seconds,
+}
+ROUTE_OPTIONS: dict[str, r.Rule] = {"retry": _retry, "timestamps": r.one_of(*TIMESTAMPS),
+                                    "args": _args}
 STATUS_PREFIX = "cronkeeper:sidekiq:"  # the middleware's default (CRONKEEPER_SIDEKIQ_PREFIX)
 
 _STATES = {b"succeeded": Completion.SUCCEEDED, b"failed": Completion.FAILED}
@@ -78,51 +93,31 @@ def job_hash(job: RelayJob, queue: str, *, retry: bool | int, timestamps: str,
     return item
 
 
-def _check_retry(where: str, value: Any) -> bool | int:
-    if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
-        return value
-    raise TargetConfigError(f"{where}: 'retry' must be true, false or a count >= 0, not {value!r}")
-
-
-def _check_timestamps(where: str, value: Any) -> str:
-    if value not in TIMESTAMPS:
-        raise TargetConfigError(
-            f"{where}: 'timestamps' must be \"seconds\" (Sidekiq 6/7) or \"milliseconds\" "
-            f"(Sidekiq 8), not {value!r}"
-        )
-    return value
-
-
-def _check_args(where: str, value: Any) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TargetConfigError(f"{where}: 'args' must be a list of payload keys, not {value!r}")
-    return value
+def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return r.check_settings(settings, SETTINGS)
 
 
 class SidekiqTarget:
     def __init__(self, name: str, settings: Mapping[str, Any]) -> None:
-        where = f"target '{name}'"
-        r.check_keys(where, settings, SETTINGS)
+        r.require_valid(name, check(settings))
         self.name = name
-        self.url = r.setting(where, settings, "redis", str, r.DEFAULT_REDIS)
-        self.queue = r.setting(where, settings, "queue", str, "default")
-        self.retry = _check_retry(where, settings.get("retry", True))
-        self.timestamps = _check_timestamps(where, settings.get("timestamps", "seconds"))
-        self.status_prefix = r.setting(where, settings, "status_prefix", str, STATUS_PREFIX)
-        timeout = r.setting(where, settings, "socket_timeout", (int, float), 5)
-        self._redis = r.redis_client(self.url, float(timeout))
+        self.url = settings.get("redis", r.DEFAULT_REDIS)
+        self.queue = settings.get("queue", "default")
+        self.retry = settings.get("retry", True)
+        self.timestamps = settings.get("timestamps", "seconds")
+        self.status_prefix = settings.get("status_prefix", STATUS_PREFIX)
+        # middleware = false: no server records completion, so the relay need not ask.
+        self.reports_completion = settings.get("middleware", True)
+        self._redis = r.redis_client(self.url, float(settings.get("socket_timeout", 5)))
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
-        where = f"target '{self.name}' route"
         options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
         queue = delivery.queue or self.queue
         now = clock.wall()
         scheduled = job.run_after > now
         item = job_hash(
-            job, queue,
-            retry=_check_retry(where, options.get("retry", self.retry)),
-            timestamps=_check_timestamps(where, options.get("timestamps", self.timestamps)),
-            args=_check_args(where, options["args"]) if "args" in options else None,
+            job, queue, retry=options.get("retry", self.retry),
+            timestamps=options.get("timestamps", self.timestamps), args=options.get("args"),
             now=now, scheduled=scheduled,
         )
         try:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -120,3 +122,80 @@ def consumer_env(effects_file: Path, **extra: str) -> dict[str, str]:
     env["RELAY_EFFECTS"] = str(effects_file)
     env.update(extra)
     return env
+
+
+# -- real consumers --------------------------------------------------------------------------
+
+SIDEKIQ_APP = TESTS / "relay" / "sidekiq_app.rb"
+NODE = TESTS / "node"
+RQ = str(Path(sys.executable).with_name("rq"))
+
+
+class SidekiqServer:
+    def __init__(self, url: str, queue: str, effects_file, middleware: bool) -> None:
+        if shutil.which("sidekiq") is None:
+            pytest.fail("sidekiq is not installed: run scripts/test-deps.sh (ruby-sidekiq)",
+                        pytrace=False)
+        self.log = effects_file.with_suffix(".log")
+        env = consumer_env(effects_file, REDIS_URL=url,
+                           CRONKEEPER_MIDDLEWARE="1" if middleware else "0")
+        self.proc = subprocess.Popen(
+            ["sidekiq", "-r", str(SIDEKIQ_APP), "-q", queue, "-c", "3", "-t", "5"],
+            env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class NodeWorker:
+    def __init__(self, url: str, queue: str, prefix: str, effects_file,
+                 starts_file=None) -> None:
+        if shutil.which("node") is None or not (NODE / "node_modules" / "bullmq").is_dir():
+            pytest.fail("node and tests/node/node_modules are needed: run scripts/test-deps.sh",
+                        pytrace=False)
+        self.log = Path(effects_file).with_suffix(".node.log")
+        self.proc = subprocess.Popen(
+            ["node", str(NODE / "bullmq_worker.mjs"), url, queue, prefix, str(effects_file),
+             *([str(starts_file)] if starts_file else [])],
+            stdout=subprocess.PIPE, stderr=self.log.open("a"), text=True,
+        )
+        line = self.proc.stdout.readline()  # "ready"; nothing else is printed on stdout
+        assert line.strip() == "ready", self.log.read_text()[-2000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def rq_worker(url: str, queue: str, effects_file: Path, *, burst: bool) -> subprocess.Popen:
+    """A real ``rq worker`` (JSON serializer, the scheduler on) running tests/relay handlers."""
+    cmd = [RQ, "worker", "--url", url, "--serializer", "rq.serializers.JSONSerializer",
+           "--worker-class", "rq.worker.SimpleWorker", "--with-scheduler", queue]
+    if burst:
+        cmd.insert(2, "--burst")
+        return subprocess.Popen(cmd, env=consumer_env(effects_file), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    log = Path(effects_file).with_suffix(".rq.log").open("a")
+    return subprocess.Popen(cmd, env=consumer_env(effects_file), stdout=log, stderr=log)

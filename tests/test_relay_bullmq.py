@@ -4,9 +4,6 @@ worker (tests/node, installed by scripts/test-deps.sh with npm ci) (SPEC §11, i
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from relay_support import (  # noqa: F401 - private_redis is a fixture
-    TESTS,
+    NodeWorker,
     effects,
     private_redis,
     relay_job,
@@ -32,30 +29,6 @@ from cronkeeper.relay.targets.base import (
     bullmq_job_id,
     unsafe_id,
 )
-
-NODE = TESTS / "node"
-
-
-class NodeWorker:
-    def __init__(self, url: str, queue: str, prefix: str, effects_file) -> None:
-        if shutil.which("node") is None or not (NODE / "node_modules" / "bullmq").is_dir():
-            pytest.fail("node and tests/node/node_modules are needed: run scripts/test-deps.sh",
-                        pytrace=False)
-        self.proc = subprocess.Popen(
-            ["node", str(NODE / "bullmq_worker.mjs"), url, queue, prefix, str(effects_file)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        line = self.proc.stdout.readline()
-        assert line.strip() == "ready", self.proc.stderr.read() if self.proc.poll() else line
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ Each test has a private redis-server, so stopping it mid-run touches nobody else
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from relay_support import (  # noqa: F401 - private_redis is a fixture
     effects,
     private_redis,
     relay_job,
+    rq_worker,
     unique_name,
     wait_for,
 )
@@ -31,18 +30,12 @@ from cronkeeper.relay.targets.base import (
     unsafe_id,
 )
 
-RQ = str(Path(sys.executable).with_name("rq"))
 
-
-def run_worker(url: str, queue: str, effects_file: Path, *, scheduler: bool = False) -> None:
+def run_worker(url: str, queue: str, effects_file: Path) -> None:
     """One burst of a real ``rq worker``: it runs every queued job, then exits."""
-    cmd = [RQ, "worker", "--burst", "--url", url, "--serializer",
-           "rq.serializers.JSONSerializer", "--worker-class", "rq.worker.SimpleWorker", queue]
-    if scheduler:
-        cmd.insert(3, "--with-scheduler")
-    done = subprocess.run(cmd, env=consumer_env(effects_file), capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    proc = rq_worker(url, queue, effects_file, burst=True)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-2000:]
 
 
 @pytest.fixture

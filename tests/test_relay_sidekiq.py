@@ -7,16 +7,12 @@ checked by golden JSON against its documented job format instead (test_sidekiq_f
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from relay_support import (  # noqa: F401 - private_redis is a fixture
-    TESTS,
-    consumer_env,
+    SidekiqServer,
     effects,
     private_redis,
     relay_job,
@@ -32,31 +28,6 @@ from cronkeeper.relay.targets.base import (
     PublishError,
     sidekiq_jid,
 )
-
-APP = TESTS / "relay" / "sidekiq_app.rb"
-
-
-class SidekiqServer:
-    def __init__(self, url: str, queue: str, effects_file, middleware: bool) -> None:
-        if shutil.which("sidekiq") is None:
-            pytest.fail("sidekiq is not installed: run scripts/test-deps.sh (ruby-sidekiq)",
-                        pytrace=False)
-        self.log = effects_file.with_suffix(".log")
-        env = consumer_env(effects_file, REDIS_URL=url,
-                           CRONKEEPER_MIDDLEWARE="1" if middleware else "0")
-        self.proc = subprocess.Popen(
-            ["sidekiq", "-r", str(APP), "-q", queue, "-c", "3", "-t", "5"],
-            env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ worker (tests/node, installed by scripts/test-deps.sh with npm ci) (SPEC §11, i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -84,19 +85,23 @@ def test_every_published_job_runs_once_on_a_real_node_worker(make_target, start_
 
 def test_a_duplicate_job_id_is_detected_and_absorbed(make_target, start_worker, tmp_path,
                                                      private_redis):  # noqa: F811
-    """The relay's crash window: the same job published again, before it ran and after it
-    completed. BullMQ keeps the one job; the target counts the duplicates."""
+    """The relay's crash window: the same job published again (its second claim), before it ran
+    and after it completed. BullMQ keeps the one job; the target counts the duplicates."""
     queue = unique_name("bq")
     target = make_target(queue=queue)
     job = relay_job("crashy", 1, task="record")
+    again = dataclasses.replace(job, attempt=2)
     first = target.publish(job, Delivery())
-    assert target.publish(job, Delivery()) == first
+    assert target.duplicates == 0
+    assert target.publish(again, Delivery()) == first
     assert target.duplicates == 1
     assert private_redis.client().llen(f"bull:{queue}:wait") == 1
     start_worker(queue)
     wait_for(lambda: target.status(first) == Completion.SUCCEEDED, 60, "the job to complete")
-    assert target.publish(job, Delivery()) == first  # kept after completion: absorbed again
+    assert target.publish(again, Delivery()) == first  # kept after completion: absorbed again
     assert target.duplicates == 2
+    assert target.publish(job, Delivery()) == first  # a first attempt is not asked about, and
+    assert target.duplicates == 2  # BullMQ absorbs it all the same
     marker = relay_job("marker", 2, task="record")
     target.publish(marker, Delivery())
     wait_for(lambda: target.status(bullmq_job_id(marker.key)) == Completion.SUCCEEDED, 60, "marker")

@@ -6,6 +6,7 @@ checked by golden JSON against its documented job format instead (test_sidekiq_f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -85,9 +86,10 @@ def test_republished_jid_is_skipped_by_the_middleware(target, start_sidekiq, tmp
     job = relay_job("crashy", 1, task="RecordJob", payload={"sleep": 1.5})
     jid = target.publish(job, Delivery(queue=queue))
     wait_for(lambda: target.status(jid) == Completion.PENDING, 60, "the first copy to start")
-    target.publish(job, Delivery(queue=queue))  # while the first copy runs
+    again = dataclasses.replace(job, attempt=2)  # the relay's second claim of the job
+    target.publish(again, Delivery(queue=queue))  # while the first copy runs
     wait_for(lambda: target.status(jid) == Completion.SUCCEEDED, 60, "the first copy to finish")
-    target.publish(job, Delivery(queue=queue))  # after it finished
+    target.publish(again, Delivery(queue=queue))  # after it finished
     marker = relay_job("marker", 2, task="RecordJob")  # FIFO queue: runs after the copies
     target.publish(marker, Delivery(queue=queue))
     wait_for(lambda: any(j == sidekiq_jid(marker.key) for j, _ in ran(tmp_path)), 60, "the marker")
@@ -161,3 +163,21 @@ def test_redis_restarted_mid_run_loses_nothing(target, start_sidekiq, private_re
     target.publish(second, Delivery(queue=queue))
     wait_for(lambda: len(ran(tmp_path)) == 2, 120, "the second job after the restart")
     assert [j for j, _ in ran(tmp_path)] == [sidekiq_jid(first.key), sidekiq_jid(second.key)]
+
+
+def test_a_replayed_dead_letter_runs_again_and_reports_afresh(target, start_sidekiq, tmp_path):
+    """dlq replay publishes the job again as a first attempt: the middleware's old "failed"
+    record must not skip it, nor be read as its new outcome."""
+    queue = unique_name("sk")
+    start_sidekiq(queue)
+    job = relay_job("replayed", 1, task="RecordJob")
+    jid = sidekiq_jid(job.key)
+    target._redis.set(target.status_prefix + jid, "failed")  # what its first life left behind
+    retried = dataclasses.replace(job, attempt=2)  # a crash-window copy is still skipped...
+    target.publish(retried, Delivery(queue=queue))
+    wait_for(lambda: target._redis.llen(f"queue:{queue}") == 0, 60, "the copy to be taken")
+    wait_for(lambda: int(target._redis.get("stat:processed") or 0) >= 1, 60, "the skip")
+    assert ran(tmp_path) == [] and target.status(jid) == Completion.FAILED
+    target.publish(job, Delivery(queue=queue))  # ...the replay (attempt 1) runs
+    wait_for(lambda: target.status(jid) == Completion.SUCCEEDED, 60, "the replayed run")
+    assert [j for j, _ in ran(tmp_path)] == [jid]

@@ -94,6 +94,8 @@ def require_valid(name: str, problems: list[tuple[str, str]]) -> None:
 def route_options(target: str, delivery: Delivery, rules: Mapping[str, Rule]) -> dict[str, Any]:
     """A route's options, checked. A wrong one fails the publish (retryable: fixing the relay
     config and restarting the relay lets the job through)."""
+    if not delivery.options:
+        return {}
     options = dict(delivery.options)
     problems = check_settings({"kind": None, **options}, rules)
     if problems:

@@ -5,9 +5,10 @@
   reversible encoding of the key). BullMQ refuses ids holding ``:`` and integer-like ids, and the
   Python client does not check, so this module does before anything is sent.
 - ``delay``: milliseconds until ``run_after`` when it is still in the future.
-- A duplicate ``jobId``: BullMQ keeps the job it holds and returns its id. The target asks
-  ``EXISTS`` in the same MULTI/EXEC as the add, so it knows the publish was a duplicate (counted,
-  logged) and treats it as already published.
+- A duplicate ``jobId``: BullMQ keeps the job it holds and returns its id, exactly as for a new
+  job. For a job claimed before (the only kind that can have been published before), the target
+  asks ``EXISTS`` first, so it knows the publish was a duplicate (counted, logged) and treats it
+  as already published; a first attempt costs one ``Queue.add``.
 - ``removeOnComplete = {"age": keep_completed}`` (default one day, never below the relay's
   60 s lease): a republish after the job finished still meets the job and is absorbed.
 - ``attempts`` and ``backoff``: BullMQ's own, left to the queue's defaults or set per route.
@@ -172,9 +173,7 @@ class BullMQTarget:
         if delay > 0:
             opts["delay"] = max(1, round(delay * 1000))
         queue = self._queue(delivery.queue or self.queue_name)
-        existed, added = self._call(f"add {job_id}", _add(queue, job, opts))
-        if isinstance(added, int) and added < 0:
-            raise PermanentPublishError(f"target '{self.name}': BullMQ refused {job_id} ({added})")
+        existed = self._call(f"add {job_id}", _add(queue, job, opts))
         if existed:
             self.duplicates += 1
             log.info("duplicate publish absorbed by BullMQ", extra={
@@ -212,17 +211,17 @@ class BullMQTarget:
             self._loop.stop()
 
 
-async def _add(queue: Any, job: RelayJob, opts: dict[str, Any]) -> tuple[bool, Any]:
-    """``EXISTS`` and BullMQ's add script in one MULTI/EXEC: whether the id was already there,
-    and what the script returned (the job id, or a negative error code)."""
-    from bullmq import Job
+async def _add(queue: Any, job: RelayJob, opts: dict[str, Any]) -> bool:
+    """Add the job; whether BullMQ already held its id (then it kept that job and added nothing).
 
-    bull_job = Job(queue, job.task, dict(job.payload), opts)
-    async with queue.client.pipeline(transaction=True) as pipe:
-        pipe.exists(queue.toKey(opts["jobId"]))
-        await queue.scripts.addJob(bull_job, pipe)
-        existed, added = await pipe.execute()
-    return bool(existed), added
+    Only a job claimed before can have been published before (a relay that died between
+    publish and mark, a publish whose outcome was lost, a dead letter replayed), so only then is
+    ``EXISTS`` asked first: a first attempt costs exactly one ``Queue.add``. Between the two
+    calls another relay cannot add the job (the claim is exclusive); BullMQ may remove an old
+    completed one, which only turns a "duplicate" log line into a fresh, correct add."""
+    existed = job.attempt > 1 and bool(await queue.client.exists(queue.toKey(opts["jobId"])))
+    await queue.add(job.task, dict(job.payload), opts)
+    return existed
 
 
 def build(name: str, settings: Mapping[str, Any]) -> BullMQTarget:

@@ -126,6 +126,10 @@ class SidekiqTarget:
             raise PermanentPublishError(f"job {job.key}: payload is not strict JSON: {exc}") from exc
         with r.publishing(self.name, f"push {item['jid']} to {r.redacted(self.url)}"):
             pipe = self._redis.pipeline(transaction=True)
+            if job.attempt == 1:
+                # A first claim was never published before, unless it is a replayed dead letter:
+                # forget the middleware's old "failed" record, so the copy runs and is reported.
+                pipe.delete(self.status_prefix + item["jid"])
             if scheduled:
                 pipe.zadd("schedule", {body: job.run_after.timestamp()})
             else:

@@ -1,5 +1,7 @@
 """The RQ, Sidekiq and BullMQ targets for the relay benchmark (benchmarks/relay_throughput.py
-``--target rq|sidekiq|bullmq``): each target's relay config table, its floor and its cleanup,
+``--target rq|sidekiq|bullmq``): each target's relay config table, its floor and its cleanup
+(``BENCHES``, in relay_throughput's ``TargetBench`` order), plus Sidekiq's own Ruby client as a
+peer row (``PEERS``),
 against a private redis-server this module starts on a free loopback port (so cleaning up is
 FLUSHALL on a Redis nobody else uses, and nothing else's keys slow it down).
 
@@ -28,11 +30,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from datetime import UTC, datetime
 
 from cronkeeper.relay.targets.base import RelayJob, bullmq_job_id, rq_job_id, sidekiq_jid
 
-_SERVER: list[subprocess.Popen] = []
+PRIVATE = "private-redis"  # the broker of these targets unless --broker names one
+_SERVER: list = []
 
 
 def private_redis() -> str:
@@ -159,7 +161,11 @@ def bullmq_floor(url: str, queue: str, jobs: list[RelayJob]) -> list[float]:
     return asyncio.run(run())
 
 
-def jobs(n: int, task: str = "bench.noop") -> list[RelayJob]:
-    now = datetime.now(UTC)
-    return [RelayJob(i, f"floor-{i}", None, None, task, {"i": i}, 1, 5, 60.0, now, now)
-            for i in range(1, n + 1)]
+
+
+BENCHES = {
+    "rq": (PRIVATE, rq_table, rq_floor, flush),
+    "sidekiq": (PRIVATE, sidekiq_table, sidekiq_floor, flush),
+    "bullmq": (PRIVATE, bullmq_table, bullmq_floor, flush),
+}
+PEERS = {"sidekiq": ("sidekiq-ruby", sidekiq_ruby_rate)}

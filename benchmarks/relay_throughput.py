@@ -106,6 +106,11 @@ TARGETS: dict[str, TargetBench] = {
                           celery_cleanup),
 }
 
+# RQ, Sidekiq and BullMQ (benchmarks/relay_targets.py), on a private redis-server started on use.
+import relay_targets  # noqa: E402
+
+TARGETS.update({kind: TargetBench(*bench) for kind, bench in relay_targets.BENCHES.items()})
+
 
 # -- the relay ------------------------------------------------------------------------------------
 
@@ -157,6 +162,17 @@ def _time_publishes(targets: dict) -> list[float]:
                 total[0] += time.monotonic() - start
 
         target.publish = timed
+        if hasattr(target, "publish_many"):  # a round in one call (RQ, Sidekiq, BullMQ targets)
+            many = target.publish_many
+
+            def timed_many(items, many=many):
+                start = time.monotonic()
+                try:
+                    return many(items)
+                finally:
+                    total[0] += time.monotonic() - start
+
+            target.publish_many = timed_many
     return total
 
 
@@ -229,6 +245,8 @@ def main() -> None:
     args = parser.parse_args()
     target = TARGETS[args.target]
     broker = args.broker or target.broker
+    if broker == relay_targets.PRIVATE:
+        broker = relay_targets.private_redis()
     url = args.database_url.replace("postgresql+psycopg://", "postgresql://")
     systems = (
         ("floor", lambda q: run_floor(target, broker, q, args.jobs)),
@@ -257,6 +275,11 @@ def main() -> None:
         p50 = statistics.median(x[1] for x in results[name])
         p99 = statistics.median(x[2] for x in results[name])
         print(f"{name:<16}{rate:>10.0f}{p50 * 1000:>10.0f}{p99 * 1000:>10.0f}{rate / floor_rate:>10.2f}")
+    if args.target in relay_targets.PEERS:  # the queue's own client, beside the floor
+        name, peer = relay_targets.PEERS[args.target]
+        rate = peer(broker, args.jobs)
+        if rate is not None:
+            print(f"{name:<16}{rate:>10.0f}{'':>10}{'':>10}{rate / floor_rate:>10.2f}")
     print("share of the relay's wall time spent inside the library's publish call (1.00: the "
           "relay adds nothing to the floor's own work):")
     for size, shares in SHARES.items():

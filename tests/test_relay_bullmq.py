@@ -142,7 +142,11 @@ def test_redis_restarted_mid_run_loses_nothing(make_target, start_worker, privat
     first = relay_job("outage", 1, task="record")
     target.publish(first, Delivery())
     wait_for(lambda: len(ran(tmp_path)) == 1, 60, "the first job")
+    first_id = bullmq_job_id(first.key)
+    wait_for(lambda: target.status(first_id) == Completion.SUCCEEDED, 60, "its completion")
+    assert target.status_many([first_id, "ck-nope"]) == [Completion.SUCCEEDED, Completion.UNKNOWN]
     private_redis.stop()
+    assert target.status_many([first_id]) == [Completion.UNKNOWN]  # a poll must not raise
     second = relay_job("outage", 2, task="record")
     with pytest.raises(PublishError) as failure:
         target.publish(second, Delivery())

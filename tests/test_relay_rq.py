@@ -115,9 +115,12 @@ def test_redis_down_fails_the_publish_and_a_retry_after_restart_loses_nothing(
 ):
     queue = unique_name("rq")
     out = tmp_path / "effects"
-    target.publish(relay_job("outage", 1), Delivery(queue=queue))
+    first_id = target.publish(relay_job("outage", 1), Delivery(queue=queue))
     run_worker(private_redis.url, queue, out)
+    assert target.status_many([first_id, "nope"]) == [Completion.SUCCEEDED, Completion.UNKNOWN]
     private_redis.stop()
+    # A completion poll while Redis is down answers UNKNOWN: it must not stop the relay.
+    assert target.status_many([first_id, "nope"]) == [Completion.UNKNOWN, Completion.UNKNOWN]
     second = relay_job("outage", 2)
     with pytest.raises(TargetUnavailable) as failure:  # the relay rests the target, retries
         target.publish(second, Delivery(queue=queue))

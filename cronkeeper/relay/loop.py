@@ -328,15 +328,22 @@ class Relay:
         with self.db.statement("reading published jobs") as conn:
             open_jobs = db_relay.outbox_published_open(conn, targets=asking,
                                                        limit=_STATUS_BATCH)
-        ids, states = [], []
+        by_target: dict[str, list[db_relay.Published]] = {}
         for job in open_jobs:
-            state = self.targets[job.target].status(job.target_id)
-            if state is Completion.SUCCEEDED:
-                ids.append(job.id)
-                states.append("succeeded")
-            elif state is Completion.FAILED:
-                ids.append(job.id)
-                states.append("dead")
+            by_target.setdefault(job.target, []).append(job)
+        ids, states = [], []
+        for name, jobs in by_target.items():
+            target = self.targets[name]
+            many = getattr(target, "status_many", None)  # one round trip for the lot
+            found = (many([j.target_id for j in jobs]) if many is not None
+                     else [target.status(j.target_id) for j in jobs])
+            for job, state in zip(jobs, found, strict=True):
+                if state is Completion.SUCCEEDED:
+                    ids.append(job.id)
+                    states.append("succeeded")
+                elif state is Completion.FAILED:
+                    ids.append(job.id)
+                    states.append("dead")
         if ids:
             with self.db.statement("recording completions") as conn:
                 n = db_relay.outbox_published_finish(conn, ids=ids, states=states)

@@ -10,6 +10,7 @@ Imports no queue library at module import: validation stays light."""
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -20,6 +21,7 @@ from cronkeeper.errors import CronkeeperError
 from cronkeeper.relay.targets.base import Delivery, PublishError, TargetUnavailable
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+log = logging.getLogger("cronkeeper.relay")
 
 Rule = Callable[[Any], str | None]  # a message when the value is wrong, else None
 
@@ -124,6 +126,19 @@ def publishing(target: str, what: str) -> Iterator[None]:
         raise TargetUnavailable(f"target '{target}': {what}: Redis unreachable: {exc}") from exc
     except redis.RedisError as exc:
         raise PublishError(f"target '{target}': {what} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def unknown_on_failure(target: str, ids: list[str], ask: Callable[[], list[Any]]) -> list[Any]:
+    """Run a status query; when Redis fails, every answer is UNKNOWN (logged): a poll that
+    cannot reach the target must not stop the relay, and the timeout bound still applies."""
+    from cronkeeper.relay.targets.base import Completion
+
+    try:
+        return ask()
+    except PublishError as exc:
+        log.warning("status unknown: target=%s jobs=%d error=%s", target, len(ids), exc,
+                    extra={"action": "status_unknown", "target": target})
+        return [Completion.UNKNOWN] * len(ids)
 
 
 def delay_seconds(run_after: datetime) -> float:

@@ -5,7 +5,9 @@ A target module exposes ``build(name: str, settings: Mapping[str, Any]) -> Targe
 ``check(settings) -> list[tuple[str, str]]`` ((key, message) problems, for ``cronkeeper validate
 --relay-config``; it must not import its queue library at module import). A target may set
 ``reports_completion = False`` when ``status`` can only ever answer ``UNKNOWN`` (Celery without a
-result backend): the relay then does not poll it. The relay calls
+result backend): the relay then does not poll it. A target may also offer
+``status_many(target_ids) -> list[Completion]`` (same order), which the relay prefers: one round
+trip for a whole poll instead of one per job. The relay calls
 ``publish`` once per claimed job and ``status`` for published jobs whose schedule needs to know
 when they finished (overlap ``skip`` and ``serial``).
 

@@ -188,18 +188,35 @@ class BullMQTarget:
         return job_id if queue_name == self.queue_name else f"{queue_name}/{job_id}"
 
     def status(self, target_id: str) -> Completion:
-        from bullmq import Job
+        return self.status_many([target_id])[0]
 
-        queue_name, _, job_id = target_id.rpartition("/")
-        queue = self._queue(queue_name or self.queue_name)
-        target_id = job_id
+    def status_many(self, target_ids: list[str]) -> list[Completion]:
+        """Each job's state (``Job.fromId`` and ``getState``), asked concurrently on the loop:
+        one call from the relay, round trips overlapped. A job BullMQ no longer holds is
+        UNKNOWN."""
+        located = []
+        for target_id in target_ids:
+            queue_name, _, job_id = target_id.rpartition("/")
+            located.append((self._queue(queue_name or self.queue_name), job_id))
 
-        async def state() -> str | None:
-            found = await Job.fromId(queue, target_id)
-            return None if found is None else await found.getState()
+        async def states() -> list[str | None]:
+            from bullmq import Job
 
-        found = self._call(f"state of {target_id}", state())
-        return Completion.UNKNOWN if found is None else _STATES.get(found, Completion.UNKNOWN)
+            gate = asyncio.Semaphore(16)
+
+            async def one(queue: Any, job_id: str) -> str | None:
+                async with gate:
+                    found = await Job.fromId(queue, job_id)
+                    return None if found is None else await found.getState()
+
+            return await asyncio.gather(*(one(q, j) for q, j in located))
+
+        def ask() -> list[Completion]:
+            found = self._call(f"state of {len(target_ids)} jobs", states())
+            return [Completion.UNKNOWN if s is None else _STATES.get(s, Completion.UNKNOWN)
+                    for s in found]
+
+        return r.unknown_on_failure(self.name, target_ids, ask)
 
     def close(self) -> None:
         async def shutdown() -> None:

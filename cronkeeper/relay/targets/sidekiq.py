@@ -139,11 +139,19 @@ class SidekiqTarget:
         return item["jid"]
 
     def status(self, target_id: str) -> Completion:
-        with r.publishing(self.name, f"status of {target_id}"):
-            raw = self._redis.get(self.status_prefix + target_id)
-        if raw is None:
-            return Completion.UNKNOWN  # not started yet, or no middleware: the timeout bound applies
-        return _STATES.get(raw, Completion.PENDING)  # "running:<token>" while a server runs it
+        return self.status_many([target_id])[0]
+
+    def status_many(self, target_ids: list[str]) -> list[Completion]:
+        """The middleware's records, one MGET for all: ``succeeded``, ``failed``, or
+        ``running:<token>`` while a server runs the jid. No record (not started yet, no
+        middleware, expired) is UNKNOWN: the timeout bound applies."""
+        def ask() -> list[Completion]:
+            with r.publishing(self.name, f"status of {len(target_ids)} jobs"):
+                raw = self._redis.mget([self.status_prefix + t for t in target_ids])
+            return [Completion.UNKNOWN if v is None else _STATES.get(v, Completion.PENDING)
+                    for v in raw]
+
+        return r.unknown_on_failure(self.name, target_ids, ask)
 
     def close(self) -> None:
         self._redis.close()

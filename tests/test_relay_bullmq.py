@@ -184,3 +184,22 @@ def test_keep_completed_below_a_relay_lease_is_refused(private_redis):  # noqa: 
                                   "keep_completed": 5})
     with pytest.raises(TargetConfigError, match="'prefix'"):
         bullmq_target.build("b", {"kind": "bullmq", "prefix": "a:b"})
+
+
+def test_publish_many_adds_in_bulk_counts_duplicates_and_reports_a_bad_option(
+        make_target, private_redis):  # noqa: F811
+    queue = unique_name("bq")
+    target = make_target(queue=queue)
+    jobs = [relay_job("bulk", n, task="record") for n in range(4)]
+    target.publish(jobs[0], Delivery())
+    again = dataclasses.replace(jobs[0], attempt=2)
+    results = target.publish_many([
+        (again, Delivery()), (jobs[1], Delivery()),
+        (jobs[2], Delivery(options=(("keep_completed", 1),))), (jobs[3], Delivery())])
+    assert results[0] == bullmq_job_id(jobs[0].key) and results[1] == bullmq_job_id(jobs[1].key)
+    assert isinstance(results[2], PublishError) and "keep_completed" in str(results[2])
+    assert results[3] == bullmq_job_id(jobs[3].key)
+    assert target.duplicates == 1
+    waiting = private_redis.client().lrange(f"bull:{queue}:wait", 0, -1)
+    assert sorted(w.decode() for w in waiting) == sorted(
+        bullmq_job_id(j.key) for j in (jobs[0], jobs[1], jobs[3]))

@@ -181,3 +181,16 @@ def test_a_replayed_dead_letter_runs_again_and_reports_afresh(target, start_side
     target.publish(job, Delivery(queue=queue))  # ...the replay (attempt 1) runs
     wait_for(lambda: target.status(jid) == Completion.SUCCEEDED, 60, "the replayed run")
     assert [j for j, _ in ran(tmp_path)] == [jid]
+
+
+def test_publish_many_lands_the_good_jobs_in_one_transaction_and_reports_the_bad_one(target):
+    queue = unique_name("sk")
+    good = [relay_job("batch", n, task="RecordJob", payload={"n": n}) for n in (1, 3)]
+    bad = relay_job("batch", 2, task="RecordJob", payload={"n": 2})
+    spread = Delivery(queue=queue, options=(("args", ["missing"]),))
+    results = target.publish_many([(good[0], Delivery(queue=queue)), (bad, spread),
+                                   (good[1], Delivery(queue=queue))])
+    assert results[0] == sidekiq_jid(good[0].key) and results[2] == sidekiq_jid(good[1].key)
+    assert isinstance(results[1], PermanentPublishError)
+    bodies = [json.loads(b) for b in target._redis.lrange(f"queue:{queue}", 0, -1)]
+    assert sorted(b["jid"] for b in bodies) == sorted([results[0], results[2]])

@@ -128,6 +128,8 @@ def test_every_period_reaches_the_consumer_once_and_its_completion_comes_back(
     try:
         wait_for(lambda: scalar(engine, "SELECT count(*) FROM outbox") >= 5, 90,
                  "five periods emitted")
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            assert_audit_clean(set_path(conn, schema), context=f"{kind}, while running")
         daemon.stop()
         emitted = {r[0] for r in rows(engine, "SELECT idempotency_key FROM outbox")}
         wait_for(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state IN "
@@ -142,8 +144,6 @@ def test_every_period_reaches_the_consumer_once_and_its_completion_comes_back(
         relay_log = stop(relay)
         consumer.stop()
     assert sorted(consumer.keys(emitted)) == sorted(emitted), relay_log  # each exactly once
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        assert_audit_clean(set_path(conn, schema), context=kind)
     assert {r[0] for r in rows(engine, "SELECT published_to FROM outbox")} == {"t"}
 
 
@@ -202,6 +202,8 @@ def test_overlap_skip_holds_while_a_bullmq_job_is_still_active(
     try:
         wait_for(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'succeeded'")
                  >= 2, 120, "two jobs to complete on the worker")
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            assert_audit_clean(set_path(conn, schema), context="overlap, while running")
         daemon.stop()
     finally:
         daemon.kill()
@@ -216,5 +218,3 @@ def test_overlap_skip_holds_while_a_bullmq_job_is_still_active(
     assert [line.split()[0] for line in lines[: len(lines) // 2 * 2]] == \
         ["start", "end"] * (len(lines) // 2)
     assert all(lines[i].split()[1] == lines[i + 1].split()[1] for i in range(0, len(lines) - 1, 2))
-    with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
-        assert_audit_clean(set_path(conn, schema), context="overlap")

@@ -7,7 +7,10 @@ A target module exposes ``build(name: str, settings: Mapping[str, Any]) -> Targe
 ``reports_completion = False`` when ``status`` can only ever answer ``UNKNOWN`` (Celery without a
 result backend): the relay then does not poll it. A target may also offer
 ``status_many(target_ids) -> list[Completion]`` (same order), which the relay prefers: one round
-trip for a whole poll instead of one per job. The relay calls
+trip for a whole poll instead of one per job; and ``publish_many(items: list[tuple[RelayJob,
+Delivery]]) -> list[str | PublishError]`` (a target id or that job's failure, same order; raises
+when the whole call failed), which the relay uses to publish a round's jobs in one round trip.
+The relay calls
 ``publish`` once per claimed job and ``status`` for published jobs whose schedule needs to know
 when they finished (overlap ``skip`` and ``serial``).
 

@@ -159,11 +159,40 @@ class BullMQTarget:
                 raise PublishError(f"target '{self.name}': {what}: no answer from Redis") from exc
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        result = self.publish_many([(job, delivery)])[0]
+        if isinstance(result, PublishError):
+            raise result
+        return result
+
+    def publish_many(self, items: list[tuple[RelayJob, Delivery]]) -> list[str | PublishError]:
+        """One ``EXISTS`` pipeline for the jobs claimed before, then ``Queue.addBulk`` per queue
+        (BullMQ's MULTI/EXEC): two round trips for the lot. A job whose options are wrong is that
+        job's failure; the others go."""
+        results: list[str | PublishError] = []
+        adds: list[tuple[Any, RelayJob, dict[str, Any], int]] = []
+        for job, delivery in items:
+            try:
+                queue_name, opts = self._options(job, delivery)
+            except PublishError as exc:
+                results.append(exc)
+                continue
+            adds.append((self._queue(queue_name), job, opts, len(results)))
+            results.append(self.target_id(queue_name, opts["jobId"]))
+        if adds:
+            existed = self._call(f"add {len(adds)} jobs", _add_many(adds))
+            for (_, job, opts, _), dup in zip(adds, existed, strict=True):
+                if dup:
+                    self.duplicates += 1
+                    log.info("duplicate publish absorbed by BullMQ", extra={
+                        "action": "relay_duplicate", "target": self.name,
+                        "target_id": opts["jobId"], "key": job.key})
+        return results
+
+    def _options(self, job: RelayJob, delivery: Delivery) -> tuple[str, dict[str, Any]]:
         options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
-        job_id = check_job_id(bullmq_job_id(job.key))
         opts: dict[str, Any] = {
             **self.defaults,
-            "jobId": job_id,
+            "jobId": check_job_id(bullmq_job_id(job.key)),
             "removeOnComplete": {"age": options.get("keep_completed", self.keep_completed)},
         }
         for key in ("attempts", "backoff", "priority"):
@@ -172,14 +201,7 @@ class BullMQTarget:
         delay = r.delay_seconds(job.run_after)
         if delay > 0:
             opts["delay"] = max(1, round(delay * 1000))
-        queue = self._queue(delivery.queue or self.queue_name)
-        existed = self._call(f"add {job_id}", _add(queue, job, opts))
-        if existed:
-            self.duplicates += 1
-            log.info("duplicate publish absorbed by BullMQ", extra={
-                "action": "relay_duplicate", "target": self.name, "target_id": job_id,
-                "key": job.key})
-        return self.target_id(delivery.queue or self.queue_name, job_id)
+        return delivery.queue or self.queue_name, opts
 
     def target_id(self, queue_name: str, job_id: str) -> str:
         """The job id, prefixed with ``<queue>/`` when the job went to a queue other than the
@@ -228,16 +250,32 @@ class BullMQTarget:
             self._loop.stop()
 
 
-async def _add(queue: Any, job: RelayJob, opts: dict[str, Any]) -> bool:
-    """Add the job; whether BullMQ already held its id (then it kept that job and added nothing).
+async def _add_many(adds: list[tuple[Any, RelayJob, dict[str, Any], int]]) -> list[bool]:
+    """Add the jobs; for each, whether BullMQ already held its id (then it kept that job and
+    added nothing, and answered exactly as for a new one).
 
     Only a job claimed before can have been published before (a relay that died between
-    publish and mark, a publish whose outcome was lost, a dead letter replayed), so only then is
-    ``EXISTS`` asked first: a first attempt costs exactly one ``Queue.add``. Between the two
-    calls another relay cannot add the job (the claim is exclusive); BullMQ may remove an old
-    completed one, which only turns a "duplicate" log line into a fresh, correct add."""
-    existed = job.attempt > 1 and bool(await queue.client.exists(queue.toKey(opts["jobId"])))
-    await queue.add(job.task, dict(job.payload), opts)
+    publish and mark, a publish whose outcome was lost, a dead letter replayed), so only those
+    are asked about, in one pipeline before the adds: a round of first attempts costs one
+    ``addBulk`` per queue. Between the two, no other relay can add these jobs (the claim is
+    exclusive); BullMQ may remove an old completed one, which only turns a "duplicate" log line
+    into a fresh, correct add."""
+    existed = [False] * len(adds)
+    asked = [k for k, (_, job, _, _) in enumerate(adds) if job.attempt > 1]
+    if asked:
+        client = adds[0][0].client
+        pipe = client.pipeline(transaction=False)
+        for k in asked:
+            queue, _, opts, _ = adds[k]
+            pipe.exists(queue.toKey(opts["jobId"]))
+        for k, found in zip(asked, await pipe.execute(), strict=True):
+            existed[k] = bool(found)
+    by_queue: dict[str, tuple[Any, list[dict[str, Any]]]] = {}
+    for queue, job, opts, _ in adds:
+        entry = {"name": job.task, "data": dict(job.payload), "opts": opts}
+        by_queue.setdefault(queue.name, (queue, []))[1].append(entry)
+    for queue, entries in by_queue.values():
+        await queue.addBulk(entries)
     return existed
 
 

@@ -31,6 +31,7 @@ from cronkeeper.relay.targets.base import (
     Completion,
     Delivery,
     PermanentPublishError,
+    PublishError,
     RelayJob,
     sidekiq_jid,
 )
@@ -111,9 +112,44 @@ class SidekiqTarget:
         self._redis = r.redis_client(self.url, float(settings.get("socket_timeout", 5)))
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
+        result = self.publish_many([(job, delivery)])[0]
+        if isinstance(result, PublishError):
+            raise result
+        return result
+
+    def publish_many(self, items: list[tuple[RelayJob, Delivery]]) -> list[str | PublishError]:
+        """Every job in one MULTI/EXEC: the batch lands whole or not at all. A job that cannot
+        be encoded is that job's failure; the others go."""
+        now = clock.wall()
+        results: list[str | PublishError] = []
+        pipe = self._redis.pipeline(transaction=True)
+        queues: set[str] = set()
+        for job, delivery in items:
+            try:
+                jid, queue, body, scheduled = self._encode(job, delivery, now)
+            except PublishError as exc:
+                results.append(exc)
+                continue
+            if job.attempt == 1:
+                # A first claim was never published before, unless it is a replayed dead letter:
+                # forget the middleware's old "failed" record, so the copy runs and is reported.
+                pipe.delete(self.status_prefix + jid)
+            if scheduled:
+                pipe.zadd("schedule", {body: job.run_after.timestamp()})
+            else:
+                if queue not in queues:
+                    pipe.sadd("queues", queue)
+                    queues.add(queue)
+                pipe.lpush(f"queue:{queue}", body)
+            results.append(jid)
+        if len(pipe):
+            with r.publishing(self.name, f"push {len(items)} jobs to {r.redacted(self.url)}"):
+                pipe.execute()
+        return results
+
+    def _encode(self, job: RelayJob, delivery: Delivery, now: datetime) -> tuple[str, str, str, bool]:
         options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
         queue = delivery.queue or self.queue
-        now = clock.wall()
         scheduled = job.run_after > now
         item = job_hash(
             job, queue, retry=options.get("retry", self.retry),
@@ -124,19 +160,7 @@ class SidekiqTarget:
             body = json.dumps(item, separators=(",", ":"), allow_nan=False)
         except ValueError as exc:
             raise PermanentPublishError(f"job {job.key}: payload is not strict JSON: {exc}") from exc
-        with r.publishing(self.name, f"push {item['jid']} to {r.redacted(self.url)}"):
-            pipe = self._redis.pipeline(transaction=True)
-            if job.attempt == 1:
-                # A first claim was never published before, unless it is a replayed dead letter:
-                # forget the middleware's old "failed" record, so the copy runs and is reported.
-                pipe.delete(self.status_prefix + item["jid"])
-            if scheduled:
-                pipe.zadd("schedule", {body: job.run_after.timestamp()})
-            else:
-                pipe.sadd("queues", queue)
-                pipe.lpush(f"queue:{queue}", body)
-            pipe.execute()
-        return item["jid"]
+        return item["jid"], queue, body, scheduled
 
     def status(self, target_id: str) -> Completion:
         return self.status_many([target_id])[0]

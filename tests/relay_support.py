@@ -11,13 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import redis
+from relay_helpers import unique as unique_name  # noqa: F401 - re-exported for the tests
 
 from cronkeeper.relay.targets.base import RelayJob
 
@@ -90,10 +90,6 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, proc=No
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def unique_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 def relay_job(schedule: str, n: int, *, task: str = "relay_consumers.record",

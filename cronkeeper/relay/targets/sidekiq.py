@@ -2,9 +2,10 @@
 of Sidekiq's wiki), exactly what ``Sidekiq::Client#atomic_push`` writes, so Ruby workers run the
 jobs unchanged (docs/feeding-sidekiq.md).
 
-Now: ``SADD queues <queue>`` and ``LPUSH queue:<queue> <json>``; ``run_after`` in the future:
-``ZADD schedule <at> <json>`` (the scheduled form carries no ``enqueued_at``), both in one
-MULTI/EXEC, so a publish lands whole or not at all. The JSON object:
+Due now: ``SADD queues <queue>`` and ``LPUSH queue:<queue> <json>``; ``run_after`` in the
+future: ``ZADD schedule <at> <json>`` (the scheduled form carries no ``enqueued_at``). A relay
+round's jobs go in one MULTI/EXEC (``publish_many``): they land together or not at all. The JSON
+object:
 ``class`` (the task), ``args`` (``[payload]``, or the payload's values in the order a route's
 ``args`` option names), ``jid`` (:func:`sidekiq_jid`), ``queue``, ``retry``, ``created_at``,
 ``enqueued_at`` and ``idempotency_key``.

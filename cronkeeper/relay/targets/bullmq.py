@@ -67,19 +67,6 @@ ROUTE_OPTIONS: dict[str, r.Rule] = {
     "keep_completed": _keep,
 }
 
-_STATES = {
-    "completed": Completion.SUCCEEDED,
-    "failed": Completion.FAILED,
-    "active": Completion.PENDING,
-    "waiting": Completion.PENDING,
-    "wait": Completion.PENDING,
-    "delayed": Completion.PENDING,
-    "prioritized": Completion.PENDING,
-    "waiting-children": Completion.PENDING,
-    "paused": Completion.PENDING,
-}
-
-
 def check_job_id(job_id: str) -> str:
     """BullMQ's rules for custom ids: no ``:`` (its key separator), not an integer (those are
     its own counter's ids)."""
@@ -213,30 +200,31 @@ class BullMQTarget:
         return self.status_many([target_id])[0]
 
     def status_many(self, target_ids: list[str]) -> list[Completion]:
-        """Each job's state (``Job.fromId`` and ``getState``), asked concurrently on the loop:
-        one call from the relay, round trips overlapped. A job BullMQ no longer holds is
-        UNKNOWN."""
+        """Each job's state in one pipelined round trip, read as BullMQ's ``getState`` reads it
+        first: in the queue's ``completed`` set -> succeeded, in ``failed`` -> failed, its hash
+        still there -> still waiting, delayed or active; no hash -> UNKNOWN (removed)."""
         located = []
         for target_id in target_ids:
             queue_name, _, job_id = target_id.rpartition("/")
             located.append((self._queue(queue_name or self.queue_name), job_id))
 
-        async def states() -> list[str | None]:
-            from bullmq import Job
-
-            gate = asyncio.Semaphore(16)
-
-            async def one(queue: Any, job_id: str) -> str | None:
-                async with gate:
-                    found = await Job.fromId(queue, job_id)
-                    return None if found is None else await found.getState()
-
-            return await asyncio.gather(*(one(q, j) for q, j in located))
+        async def states() -> list[Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            for queue, job_id in located:
+                pipe.zscore(queue.toKey("completed"), job_id)
+                pipe.zscore(queue.toKey("failed"), job_id)
+                pipe.exists(queue.toKey(job_id))
+            return await pipe.execute()
 
         def ask() -> list[Completion]:
-            found = self._call(f"state of {len(target_ids)} jobs", states())
-            return [Completion.UNKNOWN if s is None else _STATES.get(s, Completion.UNKNOWN)
-                    for s in found]
+            raw = self._call(f"state of {len(target_ids)} jobs", states())
+            out = []
+            for k in range(0, len(raw), 3):
+                completed, failed, exists = raw[k : k + 3]
+                out.append(Completion.SUCCEEDED if completed is not None
+                           else Completion.FAILED if failed is not None
+                           else Completion.PENDING if exists else Completion.UNKNOWN)
+            return out
 
         return r.unknown_on_failure(self.name, target_ids, ask)
 

@@ -41,3 +41,59 @@ def test_commands_against_an_unreachable_database_never_print_the_password(comma
     assert result.exit_code != 0
     assert "s3cret" not in result.output and "xyzzy" not in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port"),
+    [
+        ("postgresql://u@h1:5001,h2:5002/db?target_session_attrs=read-write", "h1,h2", "5001,5002"),
+        ("postgres://u@h1,h2:5433/db", "h1,h2", ",5433"),
+        ("postgresql://u@[::1]:5001,h2/db", "::1,h2", "5001,"),
+        ("postgresql://u@/db?host=h1:5001&host=h2:5002", "h1,h2", "5001,5002"),
+    ],
+)
+def test_multi_host_urls_reach_libpq_whole_for_the_pool_and_the_lock_session(url, host, port):
+    """Failover setups hand out libpq's multi-host URL; SQLAlchemy cannot parse its netloc, and
+    the lock session once kept only the last host of the query form."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from cronkeeper.db.engine import conninfo
+
+    parsed = normalize_url(url)
+    assert parsed.database == "db"
+    info = conninfo_to_dict(conninfo(parsed))
+    assert (info["host"], info["port"]) == (host, port)
+    _, engine_args = parsed.get_dialect()().create_connect_args(parsed)
+    assert (engine_args["host"], str(engine_args["port"])) == (host, port)
+    if "target_session_attrs" in url:
+        assert info["target_session_attrs"] == engine_args["target_session_attrs"] == "read-write"
+
+
+def test_a_multi_host_url_keeps_its_password_hidden_and_refuses_a_bad_host_list():
+    url = normalize_url("postgresql://u:s3cret@h1:1,h2:2/db")
+    assert "s3cret" not in redact(url) and url.password == "s3cret"
+    with pytest.raises(UsageError, match="host list"):
+        normalize_url("postgresql://u@h1:x,h2/db")
+    with pytest.raises(UsageError, match="both"):
+        normalize_url("postgresql://u@h1,h2/db?host=h3")
+
+
+def test_a_multi_host_url_connects_to_the_host_that_answers():
+    """The first host refuses connections: the pool and the lock session both go on to the next
+    (a private server on TCP, so the test means the same wherever the suite runs)."""
+    from daemon_harness import shared_postgres
+
+    from cronkeeper.db.engine import make_engine
+    from cronkeeper.db.leader import lock_connect
+
+    pg = shared_postgres()
+    url = normalize_url(f"postgresql://postgres@127.0.0.1:1,127.0.0.1:{pg.port}/{pg.database}"
+                        "?target_session_attrs=read-write")
+    engine = make_engine(url, "public", pool_size=1)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT inet_server_port()").scalar() == pg.port
+    finally:
+        engine.dispose()
+    with lock_connect(url, "public", "multi-host-test") as conn:
+        assert conn.execute("SELECT inet_server_port()").fetchone()[0] == pg.port

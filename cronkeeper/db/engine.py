@@ -51,6 +51,7 @@ def normalize_url(url: str) -> URL:
         )
     if raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://") :]
+    raw = _hosts_to_query(raw)
     try:
         parsed = make_url(raw)
     except (sa_exc.ArgumentError, ValueError) as exc:
@@ -62,6 +63,41 @@ def normalize_url(url: str) -> URL:
     return parsed.set(drivername="postgresql+psycopg")
 
 
+def _split_host(item: str) -> tuple[str, str]:
+    """``host``, ``host:port``, ``[v6]`` or ``[v6]:port`` -> (host, port or "")."""
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        return host, rest[1:] if rest.startswith(":") else ""
+    host, _, port = item.partition(":")
+    return host, port
+
+
+def _hosts_to_query(raw: str) -> str:
+    """libpq's multi-host form ``postgresql://u@h1:p1,h2:p2/db`` (what failover setups such as
+    Patroni and pg_auto_failover hand out) as ``?host=h1,h2&port=p1,p2``, a form SQLAlchemy can
+    parse and passes to libpq unchanged: libpq then tries each host in turn (with
+    ``target_session_attrs=read-write``, until it finds the primary)."""
+    scheme, sep, rest = raw.partition("://")
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not sep or "," not in hosts:
+        return raw
+    pairs = [_split_host(item) for item in hosts.split(",")]
+    if any(not host or (port and not port.isdigit()) for host, port in pairs):
+        raise UsageError(f"cannot parse the host list {hosts!r} in the database URL: expected "
+                         "host[:port],host[:port],...")
+    path, _, query = tail.lstrip("/").partition("?")
+    params = [p for p in query.split("&") if p]
+    if any(p.split("=", 1)[0] in ("host", "port", "hostaddr") for p in params):
+        raise UsageError("the database URL names hosts both before the path and in its query: "
+                         "use one of the two")
+    params.append("host=" + ",".join(host for host, _ in pairs))
+    if any(port for _, port in pairs):
+        params.append("port=" + ",".join(port for _, port in pairs))
+    return f"{scheme}://{userinfo}{at}/{path}?{'&'.join(params)}"
+
+
 def redact(url: str | URL) -> str:
     """The URL with its password hidden: safe for logs, errors and status."""
     text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
@@ -71,16 +107,10 @@ def redact(url: str | URL) -> str:
 
 def conninfo(url: URL, *, options: str = "") -> str:
     """A libpq conninfo string for a raw psycopg connection (used for the lock session)."""
-    params: dict[str, Any] = {
-        "host": url.host,
-        "port": url.port,
-        "user": url.username,
-        "password": url.password,
-        "dbname": url.database,
-        **KEEPALIVES,
-    }
-    for key, value in url.query.items():
-        params[key] = value if isinstance(value, str) else value[-1]
+    # The dialect's own translation, so the lock session connects exactly as the engine does
+    # (several hosts included: ``?host=a:1&host=b:2`` becomes host=a,b port=1,2 for libpq).
+    _, connect_args = url.get_dialect()().create_connect_args(url)
+    params: dict[str, Any] = {**connect_args, **KEEPALIVES}
     if options:
         params["options"] = (params.get("options", "") + " " + options).strip()
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})

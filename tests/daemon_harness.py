@@ -187,6 +187,13 @@ class PrivatePostgres:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60",
                   "-m", "fast", "-o", self._server_options(), "restart")
 
+    def crash_restart(self) -> None:
+        """``pg_ctl stop -m immediate`` (every backend quits at once, no checkpoint: a crash, as
+        far as the data directory knows), then start again through crash recovery."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60",
+                  "-o", self._server_options(), "start")
+
     def stop(self) -> None:
         if self.running:
             with contextlib.suppress(Exception):
@@ -442,18 +449,20 @@ class Audit:
             ("job_without_emitted", self.job_without_emitted)) if v}
 
 
-def audit(conn: psycopg.Connection, margin: float = 2.0) -> Audit:
+def audit(conn: psycopg.Connection, margin: float = 2.0, until: datetime | None = None) -> Audit:
     """Check the guarantees over everything due up to the db's now minus ``margin`` seconds:
     no period has two jobs, every key is ``<schedule>@<instant>``, and every period the versions
     in force imply has exactly one outcome row (the primary key makes "at most one" structural;
     this checks "at least one"), with one job per emitted period."""
-    until = db_now(conn) - timedelta(seconds=margin)
+    if until is None:
+        until = db_now(conn) - timedelta(seconds=margin)
     duplicates = conn.execute(
-        "SELECT schedule, scheduled_for, count(*) FROM outbox GROUP BY 1, 2 HAVING count(*) > 1"
-    ).fetchall()
+        "SELECT schedule, scheduled_for, count(*) FROM outbox WHERE schedule IS NOT NULL"
+        " GROUP BY 1, 2 HAVING count(*) > 1").fetchall()
     duplicates += conn.execute(
         "SELECT idempotency_key, NULL, count(*) FROM outbox GROUP BY 1 HAVING count(*) > 1").fetchall()
-    jobs = conn.execute("SELECT idempotency_key, schedule, scheduled_for FROM outbox").fetchall()
+    jobs = conn.execute("SELECT idempotency_key, schedule, scheduled_for FROM outbox"
+                        " WHERE schedule IS NOT NULL").fetchall()  # enqueued jobs have none
     bad_keys = [j for j in jobs if j[1] is not None and j[0] != idempotency_key(j[1], j[2])]
     versions = conn.execute(
         "SELECT schedule, spec, active_from FROM schedule_versions ORDER BY schedule, active_from, id"

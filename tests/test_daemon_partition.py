@@ -7,8 +7,6 @@ as a standby, with no period doubled or lost."""
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
 import uuid
 
 import psycopg
@@ -27,59 +25,9 @@ from daemon_harness import (
     wait_new_leader,
     write_schedules,
 )
+from loopback_relay import Relay
 
 LEADER_TIMEOUT = 3.0
-
-
-class Relay:
-    """127.0.0.1:port -> target. ``cut()`` stops moving bytes both ways (and holds back every
-    close) without closing anything: what a partition looks like from both ends."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self.closed:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        while True:
-            try:
-                data = src.recv(65536)
-            except OSError:
-                data = b""
-            self.flowing.wait()
-            if not data:
-                with contextlib.suppress(OSError):
-                    dst.shutdown(socket.SHUT_WR)
-                return
-            try:
-                dst.sendall(data)
-            except OSError:
-                return
-
-    def cut(self) -> None:
-        self.flowing.clear()
-
-    def heal(self) -> None:
-        self.flowing.set()
-
-    def close(self) -> None:
-        self.closed = True
-        self.heal()
-        self.listener.close()
 
 
 @pytest.fixture

@@ -83,6 +83,9 @@ def check_jobs(db: psycopg.Connection) -> Result:
         "SELECT p.idempotency_key FROM outbox p LEFT JOIN outbox c"
         " ON c.idempotency_key = p.idempotency_key || '/' || (p.payload->>'chain')"
         " WHERE p.state = 'succeeded' AND (p.payload->>'chain')::int > 0 AND c.id IS NULL").fetchall()
+    reasons = dict(db.execute(
+        "SELECT split_part(last_error, ':', 1), count(*) FROM outbox WHERE state = 'dead'"
+        " GROUP BY 1 ORDER BY 2 DESC").fetchall())
     orders = db.execute("SELECT count(*) FROM app_orders").fetchone()[0]
     chained = db.execute("SELECT count(*) FROM outbox WHERE idempotency_key ~ '/[0-9]+$'").fetchone()[0]
     ok = not (unfinished or dead_silent or orders_without_job or jobs_without_order or orphans
@@ -92,7 +95,8 @@ def check_jobs(db: psycopg.Connection) -> Result:
                   f"(order without job {orders_without_job[:3]}, job without order "
                   f"{jobs_without_order[:3]}), {chained} follow-ups (without a completed parent "
                   f"{orphans[:3]}, completed parent without follow-up {unchained[:3]}); "
-                  f"unfinished {unfinished}; dead without a reason {dead_silent[:3]}")
+                  f"unfinished {unfinished}; dead letters by reason {reasons}; dead without a "
+                  f"reason {dead_silent[:3]}")
 
 
 def check_effects(db: psycopg.Connection, run_logs: Path) -> Result:

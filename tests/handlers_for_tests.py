@@ -36,6 +36,24 @@ def log_runs(payload, ctx):
     time.sleep(float(payload.get("sleep", 0)))
 
 
+@task("failover_work")
+def failover_work(payload, ctx):
+    """Appends each run to ``$FAILOVER_RUN_LOG`` as it starts (what was executed), works in the
+    job's transaction from the start (as a handler that reads and writes its rows throughout
+    does), then claims its effect once in it (what took effect)."""
+    path = os.environ.get("FAILOVER_RUN_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{ctx.key}\t{ctx.attempt}\n")
+    ctx.connection.exec_driver_sql("SELECT count(*) FROM runs")
+    time.sleep(float(payload.get("sleep", 0)))
+    with ctx.effect(f"fo:{ctx.key}") as first:
+        if first:
+            ctx.connection.exec_driver_sql(
+                "INSERT INTO runs (key, pid) VALUES (%(k)s, %(p)s)", {"k": ctx.key, "p": os.getpid()}
+            )
+
+
 class FlakyError(Exception):
     pass
 

@@ -3,7 +3,8 @@ partition looks like from both ends, on one machine.
 
 ``Relay(target_port)`` listens on 127.0.0.1:``port`` and forwards each connection to
 127.0.0.1:``target_port``. ``cut()`` stops moving bytes both ways (and holds back every close)
-without closing anything; ``heal()`` lets them flow again. ``upstream_ports()`` are the local
+without closing anything; ``heal()`` lets them flow again; ``sever()`` drops
+everything a cut held back. ``upstream_ports()`` are the local
 ports of its connections to the server: PostgreSQL shows them as ``client_port`` in
 ``pg_stat_activity``, so a test can find (and terminate) exactly the sessions of the process
 behind this relay. A refused upstream (the server restarting) closes that one client and the
@@ -25,8 +26,10 @@ class Relay:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.closed = False
+        self.severed = False
         self._lock = threading.Lock()
         self._upstreams: set[socket.socket] = set()
+        self._sockets: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True, name=f"relay-{self.port}").start()
 
     def _accept(self) -> None:
@@ -43,6 +46,7 @@ class Relay:
                 continue
             with self._lock:
                 self._upstreams.add(upstream)
+                self._sockets.update((client, upstream))
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b, upstream), daemon=True).start()
 
@@ -53,6 +57,8 @@ class Relay:
             except OSError:
                 data = b""
             self.flowing.wait()
+            if self.severed:
+                return
             if not data:
                 with contextlib.suppress(OSError):
                     dst.shutdown(socket.SHUT_WR)
@@ -78,6 +84,19 @@ class Relay:
         self.flowing.clear()
 
     def heal(self) -> None:
+        self.flowing.set()
+
+    def sever(self) -> None:
+        """Drop every connection without delivering what a cut held back, and refuse new ones:
+        the bytes in flight are lost, as when a link dies for good."""
+        self.severed = True
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        with self._lock:
+            for s in self._sockets:
+                with contextlib.suppress(OSError):
+                    s.close()
         self.flowing.set()
 
     def close(self) -> None:

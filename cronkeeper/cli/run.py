@@ -90,7 +90,7 @@ def run_command(
     logs.configure(log_format, log_level)
     schedules = load_schedules(schedules_dir)
     db = open_database(database_url, schema, migrate_first=migrate_first,
-                       application_name="cronkeeper-run")
+                       application_name="cronkeeper-run", wait=True)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
     node = Node(

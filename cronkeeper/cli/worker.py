@@ -101,7 +101,7 @@ def worker_command(
     parsed_limits = parse_limits(limits)
     specs, digest = load_specs(schedules_dir)
     import_modules(list(imports))
-    database = open_database(database_url, schema, application_name="cronkeeper-worker")
+    database = open_database(database_url, schema, application_name="cronkeeper-worker", wait=True)
     if database.embedded:
         log.warning("embedded database: no --database-url; this worker uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})

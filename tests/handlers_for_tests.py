@@ -54,6 +54,17 @@ def failover_work(payload, ctx):
             )
 
 
+@task("loses_its_connection")
+def loses_its_connection(payload, ctx):
+    """On its first attempt, the job's own database session is terminated from another one
+    after the handler used it, as a PostgreSQL restart or a failover would: the handler returns
+    normally, and the worker finds the connection gone when it commits the completion."""
+    pid = ctx.connection.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+    if ctx.attempt == 1:
+        with ctx.engine.connect() as other:
+            other.exec_driver_sql("SELECT pg_terminate_backend(%(p)s)", {"p": pid})
+
+
 class FlakyError(Exception):
     pass
 

@@ -21,7 +21,13 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.db.effects import effects_claim
-from cronkeeper.db.engine import Connection, Engine, RawConnection, translate_errors
+from cronkeeper.db.engine import (
+    DRIVER_ERRORS,
+    Connection,
+    Engine,
+    RawConnection,
+    translate_errors,
+)
 
 
 @dataclass(eq=False)
@@ -85,7 +91,11 @@ class JobContext:
         return bool(done)
 
     def finish(self, commit: bool) -> None:
-        """Commit or roll back the job's transaction and close it (the worker calls this)."""
+        """Commit or roll back the job's transaction and close it (the worker calls this).
+
+        A failed commit raises (the attempt failed). A failed rollback does not: it fails when
+        the connection is gone, and then the server has already discarded the transaction;
+        raising would only kill the job's thread with the job still held (and heartbeated)."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -93,6 +103,10 @@ class JobContext:
             if commit:
                 conn.commit()
             else:
-                conn.rollback()
+                try:
+                    conn.rollback()
+                except DRIVER_ERRORS:
+                    conn.invalidate()  # the pool must not hand this connection out again
         finally:
-            conn.close()
+            with contextlib.suppress(*DRIVER_ERRORS):
+                conn.close()

@@ -269,7 +269,13 @@ class Worker:
             if held.ctx is not None:
                 held.ctx.finish(commit=False)
             return
-        self._finish(held, ending)
+        try:
+            self._finish(held, ending)
+        except Exception as exc:  # noqa: BLE001 - never leave a job held (and heartbeated) forever
+            log.error("recording the end of job=%d key=%s failed: %s; the attempt is recorded "
+                      "as failed", held.job.id, held.job.key, exc, extra={"action": "internal_error"})
+            self._forget(held, keep_until_recorded=True)
+            self.endings.put((held, Ending(Kind.RETRYABLE, f"internal error ending the job: {exc}")))
 
     def _finish(self, held: Running, ending: Ending) -> None:
         """Queue a job's ending for the recorder (a handler's transaction commits here)."""

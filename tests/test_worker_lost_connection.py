@@ -1,0 +1,46 @@
+"""The job's connection is lost between the handler's return and the commit of its completion
+(found by the soak: a PostgreSQL restart at that moment). Rolling back then fails too; that
+second error escaped the worker's job thread, which died with the job still in the worker's
+hands, so its lease was extended by every heartbeat and the job stayed `running` for as long
+as the worker lived. The attempt must end as a retryable failure and the job run again."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from handlers_for_tests import spawn_worker, wait_until
+
+import cronkeeper
+
+
+@pytest.fixture
+def worker(database_url, schema):
+    procs: list[subprocess.Popen] = []
+    yield lambda *a: procs.append(spawn_worker(database_url, schema, *a)) or procs[-1]
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_a_connection_lost_at_commit_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
+    with engine.begin() as conn:
+        job = cronkeeper.enqueue(conn, "loses_its_connection", {}, key="lost-at-commit",
+                                 schema=schema, timeout=30.0,
+                                 backoff={"base": 0.1, "factor": 2, "max": 0.5})
+    proc = worker("--lease-margin", "30")
+
+    def state():
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT state, attempts FROM outbox WHERE id = %(i)s",
+                                        {"i": job}).one()
+    wait_until(lambda: state() == ("succeeded", 2), 30,
+               message="the job to fail its first attempt and succeed on its second")
+    with engine.connect() as conn:
+        first = conn.exec_driver_sql("SELECT outcome, error FROM attempts WHERE job_id = %(i)s"
+                                     " AND attempt = 1", {"i": job}).one()
+    assert first[0] == "retry" and "committing the job's transaction failed" in first[1]
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]

@@ -209,6 +209,9 @@ class Soak:
         self.db.execute("CREATE TABLE soak_effects (job_key text NOT NULL, worker_id text NOT NULL,"
                         " attempt int NOT NULL, pid int NOT NULL,"
                         " at timestamptz NOT NULL DEFAULT clock_timestamp())")
+        self.db.execute("CREATE TABLE soak_completions (job_key text NOT NULL,"
+                        " worker_id text NOT NULL, attempt int NOT NULL,"
+                        " at timestamptz NOT NULL DEFAULT clock_timestamp())")
         schedules = write_schedules(self.workdir / "schedules", schedules_toml())
         self.relays: dict[str, Relay] = {}
 

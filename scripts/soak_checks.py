@@ -123,22 +123,31 @@ def check_effects(db: psycopg.Connection, run_logs: Path) -> Result:
 
 
 def check_fence(db: psycopg.Connection, worker_logs: list[Path]) -> Result:
-    """A completion is the effect row committed in the job's transaction with the fenced UPDATE,
-    naming the worker and the attempt that ran it. It must be the job's last attempt, claimed by
-    that worker and recorded as the one that succeeded; an attempt that lost its lease (reaped
-    as lease_expired, or superseded by a later claim) must have committed nothing."""
+    """A completion is a row of ``soak_completions``, written by the handler in the job's
+    transaction, which the worker commits together with the fenced UPDATE that marks the job
+    succeeded; it names the worker and the attempt that ran it. Each succeeded job must have
+    exactly one, from its last attempt, claimed by that worker and recorded as the one that
+    succeeded; a dead job none. An attempt that lost its lease (reaped as lease_expired, or
+    superseded by a later claim) must have committed nothing."""
     bad = db.execute(
         """
-        SELECT e.job_key, e.worker_id, e.attempt, j.attempts, a.worker_id, a.outcome
-        FROM soak_effects e JOIN outbox j ON j.idempotency_key = e.job_key
-        LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = e.attempt
-        WHERE a.id IS NULL OR a.worker_id <> e.worker_id OR a.outcome IS DISTINCT FROM 'succeeded'
-           OR e.attempt <> j.attempts
+        SELECT c.job_key, c.worker_id, c.attempt, j.state, j.attempts, a.worker_id, a.outcome
+        FROM soak_completions c LEFT JOIN outbox j ON j.idempotency_key = c.job_key
+        LEFT JOIN attempts a ON a.job_id = j.id AND a.attempt = c.attempt
+        WHERE j.id IS NULL OR j.state <> 'succeeded' OR a.id IS NULL OR a.worker_id <> c.worker_id
+           OR a.outcome IS DISTINCT FROM 'succeeded' OR c.attempt <> j.attempts
         LIMIT 5
+        """).fetchall()
+    counts = db.execute(
+        """
+        SELECT j.idempotency_key, count(c.job_key) FROM outbox j
+        LEFT JOIN soak_completions c ON c.job_key = j.idempotency_key
+        WHERE j.state = 'succeeded' GROUP BY 1 HAVING count(c.job_key) <> 1 LIMIT 5
         """).fetchall()
     double = db.execute(
         "SELECT job_id, count(*) FROM attempts WHERE outcome = 'succeeded' GROUP BY 1"
         " HAVING count(*) > 1 LIMIT 5").fetchall()
+    completions = db.execute("SELECT count(*) FROM soak_completions").fetchone()[0]
     expired = db.execute("SELECT count(*) FROM attempts WHERE outcome = 'lease_expired'").fetchone()[0]
     expired_then_done = db.execute(
         "SELECT count(DISTINCT a.job_id) FROM attempts a JOIN outbox j ON j.id = a.job_id"
@@ -149,12 +158,13 @@ def check_fence(db: psycopg.Connection, worker_logs: list[Path]) -> Result:
             for line in path.read_text().splitlines():
                 if '"lease_lost"' in line:
                     refused += 1
-    ok = not (bad or double)
+    ok = not (bad or counts or double)
     return Result("no completion recorded by a worker that had lost its lease", ok,
-                  f"{expired} attempts lost their lease (reaped), {expired_then_done} of those jobs "
-                  f"later completed by a newer attempt; {refused} endings refused by the fence "
-                  f"(lease_lost in worker logs); effects not from the succeeding attempt {bad}, "
-                  f"jobs with two succeeded attempts {double}")
+                  f"{completions} completions committed; {expired} attempts lost their lease "
+                  f"(reaped), {expired_then_done} of those jobs later completed by a newer attempt; "
+                  f"{refused} lease losses logged by workers (lease_lost); completions not by the "
+                  f"succeeding attempt {bad}, succeeded jobs without exactly one completion "
+                  f"{counts}, jobs with two succeeded attempts {double}")
 
 
 def check_processes(logs: list[Path]) -> Result:

@@ -12,6 +12,10 @@ Every run appends a line to the run log (a file per process under ``$SOAK_RUN_LO
 effect: that is what was *executed*. The effect itself is claimed with ``ctx.effect`` and, only
 on the first claim, a row goes into ``soak_effects`` in the job's own transaction, naming the
 worker and the attempt: that is what *took effect*, and it commits with the job's completion.
+Every run that gets that far also writes a row to ``soak_completions`` in the same transaction,
+whether or not the effect was already claimed: a row there exists iff that run's completion
+committed, so a completion by a worker that had lost its lease cannot hide behind an effect
+someone else already claimed.
 """
 
 from __future__ import annotations
@@ -67,6 +71,12 @@ def work(payload, ctx):
                 {"k": ctx.key, "w": os.environ.get("CRONKEEPER_INSTANCE_ID", "?"),
                  "a": ctx.attempt, "p": os.getpid()},
             )
+    # Unconditionally, in the same transaction: a row here exists iff this run's completion
+    # committed (the worker commits the handler's transaction with the fenced completion).
+    ctx.connection.exec_driver_sql(
+        "INSERT INTO soak_completions (job_key, worker_id, attempt) VALUES (%(k)s, %(w)s, %(a)s)",
+        {"k": ctx.key, "w": os.environ.get("CRONKEEPER_INSTANCE_ID", "?"), "a": ctx.attempt},
+    )
     chain = int(payload.get("chain", 0))
     if chain > 0:
         ctx.enqueue("soak.work", {**payload, "chain": chain - 1}, key=f"{ctx.key}/{chain}",

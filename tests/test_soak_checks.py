@@ -24,6 +24,8 @@ def db():
     conn.execute("CREATE TABLE app_orders (key text PRIMARY KEY)")
     conn.execute("CREATE TABLE soak_effects (job_key text NOT NULL, worker_id text NOT NULL,"
                  " attempt int NOT NULL, pid int NOT NULL)")
+    conn.execute("CREATE TABLE soak_completions (job_key text NOT NULL, worker_id text NOT NULL,"
+                 " attempt int NOT NULL)")
     yield conn, schema
     conn.close()
 
@@ -45,10 +47,15 @@ def effect(conn, key: str, worker: str, attempt: int) -> None:
     conn.execute("INSERT INTO soak_effects VALUES (%s, %s, %s, 1)", (key, worker, attempt))
 
 
+def completion(conn, key: str, worker: str, attempt: int) -> None:
+    conn.execute("INSERT INTO soak_completions VALUES (%s, %s, %s)", (key, worker, attempt))
+
+
 def test_clean_records_pass(db, tmp_path):
     conn, schema = db
     job(conn, schema, "app:1", "succeeded", [("w1", "lease_expired"), ("w2", "succeeded")])
     effect(conn, "app:1", "w2", 2)
+    completion(conn, "app:1", "w2", 2)
     assert check_effects(conn, tmp_path).ok and check_fence(conn, []).ok and check_jobs(conn).ok
 
 
@@ -63,9 +70,18 @@ def test_a_doubled_effect_fails(db, tmp_path):
 def test_a_completion_by_the_attempt_that_lost_its_lease_fails(db):
     conn, schema = db
     job(conn, schema, "app:1", "succeeded", [("w1", "lease_expired"), ("w2", "succeeded")])
-    effect(conn, "app:1", "w1", 1)  # w1 committed after its lease was reaped and w2 took over
+    effect(conn, "app:1", "w2", 2)
+    completion(conn, "app:1", "w2", 2)
+    completion(conn, "app:1", "w1", 1)  # w1 committed after its lease was reaped and w2 took over
     result = check_fence(conn, [])
-    assert not result.ok and "app:1" in result.detail
+    assert not result.ok and "'w1', 1" in result.detail
+
+
+def test_a_succeeded_job_whose_completion_never_committed_fails(db):
+    """The job is marked succeeded, but no handler transaction committed with it."""
+    conn, schema = db
+    job(conn, schema, "app:1", "succeeded", [("w1", "succeeded")])
+    assert not check_fence(conn, []).ok
 
 
 def test_a_job_left_running_or_an_order_without_its_job_fails(db):

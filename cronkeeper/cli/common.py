@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ import click
 
 from cronkeeper.spec.diagnostics import safe  # the one escaping helper
 
-__all__ = ["database_options", "format_option", "safe"]
+__all__ = ["database_options", "format_option", "safe", "serve_metrics"]
 
 
 def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -52,3 +53,23 @@ def format_option(func: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="Output format.",
     )(func)
+
+
+def serve_metrics(address: str, kind: str, *, engine, cluster: str) -> None:
+    """Serve a consumer's metrics (worker, relay) unless ``address`` is ``off``. A port that
+    cannot be bound is logged, not fatal: metrics must not stop the process that does the work.
+    A malformed address is the user's to fix (UsageError)."""
+    from cronkeeper.errors import UsageError
+
+    if address.strip().lower() == "off":
+        return
+    try:
+        from cronkeeper.cli.run import start_metrics
+
+        start_metrics(address, kind, engine=engine, cluster=cluster)
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - metrics must not stop the worker or relay
+        logging.getLogger(f"cronkeeper.{kind}").warning(
+            "metrics unavailable: error=%s", exc, extra={"action": "metrics_unavailable"}
+        )

@@ -9,7 +9,7 @@ import signal
 import click
 
 from cronkeeper import logs
-from cronkeeper.cli.common import database_options, safe
+from cronkeeper.cli.common import database_options, safe, serve_metrics
 from cronkeeper.errors import UsageError
 
 log = logging.getLogger("cronkeeper.relay")
@@ -81,7 +81,7 @@ def relay_command(
     if database.embedded:
         log.warning("embedded database: no --database-url; this relay uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})
-    _serve_metrics(metrics_address, database.engine, cluster)
+    serve_metrics(metrics_address, "relay", engine=database.engine, cluster=cluster)
     relay = Relay(database.engine, config, targets, relay_id=instance_id or default_relay_id(),
                   schema=schema, cluster=cluster)
 
@@ -94,15 +94,3 @@ def relay_command(
     database.engine.dispose()
     raise SystemExit(code)
 
-
-def _serve_metrics(address: str, engine, cluster: str) -> None:
-    if address.strip().lower() == "off":
-        return
-    try:
-        from cronkeeper.cli.run import start_metrics
-
-        start_metrics(address, "relay", engine=engine, cluster=cluster)
-    except UsageError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - metrics must not stop the relay
-        log.warning("metrics unavailable: error=%s", exc, extra={"action": "metrics_unavailable"})

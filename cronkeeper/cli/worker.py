@@ -10,7 +10,7 @@ import threading
 import click
 
 from cronkeeper import __version__, logs
-from cronkeeper.cli.common import database_options
+from cronkeeper.cli.common import database_options, serve_metrics
 from cronkeeper.errors import UsageError
 
 log = logging.getLogger("cronkeeper.worker")
@@ -113,7 +113,7 @@ def worker_command(
         isolation=isolation, max_jobs_per_child=max_jobs_per_child,
         max_child_memory_mb=max_child_memory, imports=list(imports), specs=specs, schedules_digest=digest, version=__version__,
     )
-    _serve_metrics(metrics_address, database.engine, cluster)
+    serve_metrics(metrics_address, "worker", engine=database.engine, cluster=cluster)
     worker = Worker(database.engine, config)
     signals = {"count": 0}
 
@@ -132,15 +132,3 @@ def worker_command(
         os._exit(code)
     raise SystemExit(code)
 
-
-def _serve_metrics(address: str, engine, cluster: str) -> None:
-    if address.strip().lower() == "off":
-        return
-    try:
-        from cronkeeper.cli.run import start_metrics
-
-        start_metrics(address, "worker", engine=engine, cluster=cluster)
-    except UsageError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - metrics must not stop the worker
-        log.warning("metrics unavailable: error=%s", exc, extra={"action": "metrics_unavailable"})

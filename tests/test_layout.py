@@ -155,3 +155,35 @@ def test_relay_targets_import_their_queue_library_lazily():
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 top.add(node.module.split(".")[0])
         assert not top & set(QUEUE_LIBRARIES), (path.name, sorted(top & set(QUEUE_LIBRARIES)))
+
+
+def test_no_import_circle_anywhere_in_the_package():
+    """No module of cronkeeper imports one that imports it back (lazy imports inside functions
+    included: a circle there is still a circle to the reader). ``from pkg import mod`` counts
+    as importing ``pkg.mod``; packages' ``__init__`` re-exports are left out."""
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "__init__.py":  # re-exports: importing a package is not a dependency
+            continue
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps.add(node.module)
+                deps.update(f"{node.module}.{a.name}" for a in node.names)
+        graph[_module_name(path)] = {d for d in deps if d.startswith("cronkeeper.")}
+    graph = {name: deps & graph.keys() for name, deps in graph.items()}
+    assert len(graph) >= 80
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal:
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                if reaches(nxt, goal, seen):
+                    return True
+        return False
+
+    assert sorted(name for name in graph if reaches(name, name, set())) == []

@@ -107,7 +107,7 @@ def test_scrape_a_running_daemon(daemon, engine):
 
 
 def test_metrics_bind_to_loopback_by_default():
-    from cronkeeper.cli.run import parse_metrics_address
+    from cronkeeper.cli.common import parse_metrics_address
 
     assert parse_metrics_address(":9464") == ("127.0.0.1", 9464)
     assert parse_metrics_address("off") is None

@@ -9,9 +9,13 @@ from typing import Any
 
 import click
 
+from cronkeeper.errors import UsageError
 from cronkeeper.spec.diagnostics import safe  # the one escaping helper
 
-__all__ = ["database_options", "format_option", "safe", "serve_metrics"]
+__all__ = [
+    "database_options", "format_option", "parse_metrics_address", "safe", "serve_metrics",
+    "start_metrics",
+]
 
 
 def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -59,13 +63,9 @@ def serve_metrics(address: str, kind: str, *, engine, cluster: str) -> None:
     """Serve a consumer's metrics (worker, relay) unless ``address`` is ``off``. A port that
     cannot be bound is logged, not fatal: metrics must not stop the process that does the work.
     A malformed address is the user's to fix (UsageError)."""
-    from cronkeeper.errors import UsageError
-
     if address.strip().lower() == "off":
         return
     try:
-        from cronkeeper.cli.run import start_metrics
-
         start_metrics(address, kind, engine=engine, cluster=cluster)
     except UsageError:
         raise
@@ -73,3 +73,23 @@ def serve_metrics(address: str, kind: str, *, engine, cluster: str) -> None:
         logging.getLogger(f"cronkeeper.{kind}").warning(
             "metrics unavailable: error=%s", exc, extra={"action": "metrics_unavailable"}
         )
+
+
+def parse_metrics_address(value: str) -> tuple[str, int] | None:
+    if value.strip().lower() == "off":
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"--metrics-address {value!r}: expected HOST:PORT or 'off'")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def start_metrics(address: str, kind: str, engine=None, cluster: str = "default"):
+    """Serve metrics on ``address`` (or not, for 'off'). With an engine, queue and fleet
+    figures are read from the database on each scrape."""
+    bind = parse_metrics_address(address)
+    if bind is None:
+        return None
+    from cronkeeper import metrics  # noqa: PLC0415 - only when served
+
+    return metrics.serve(bind, kind=kind, engine=engine, cluster=cluster)

@@ -10,11 +10,11 @@ import click
 
 from cronkeeper import clock, logs, systemd
 from cronkeeper.cli import companion
-from cronkeeper.cli.common import database_options
+from cronkeeper.cli.common import database_options, start_metrics
 from cronkeeper.cli.connect import open_database
 from cronkeeper.db.engine import redact
 from cronkeeper.election import Node, NodeOptions, Role, default_instance_id
-from cronkeeper.errors import CronkeeperError, ScheduleError, UsageError
+from cronkeeper.errors import CronkeeperError, ScheduleError
 from cronkeeper.spec import load_valid
 from cronkeeper.spec.model import ScheduleSet
 
@@ -47,26 +47,6 @@ def daemon_options(func):
     ):
         func = option(func)
     return func
-
-
-def parse_metrics_address(value: str) -> tuple[str, int] | None:
-    if value.strip().lower() == "off":
-        return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UsageError(f"--metrics-address {value!r}: expected HOST:PORT or 'off'")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def start_metrics(address: str, kind: str, engine=None, cluster: str = "default"):
-    """Serve metrics on ``address`` (or not, for 'off'). With an engine, queue and fleet
-    figures are read from the database on each scrape."""
-    bind = parse_metrics_address(address)
-    if bind is None:
-        return None
-    from cronkeeper import metrics  # noqa: PLC0415 - only when served
-
-    return metrics.serve(bind, kind=kind, engine=engine, cluster=cluster)
 
 
 @click.command("run")

@@ -16,7 +16,7 @@ from flask import Flask, Response, abort, redirect, render_template, request, ur
 
 from cronkeeper.cli import control as control_cli
 from cronkeeper.cli import dlq as dlq_cli
-from cronkeeper.web.app import ctx
+from cronkeeper.web.context import ctx
 
 log = logging.getLogger("cronkeeper.web")
 VERBS = ("replay", "discard")

@@ -9,39 +9,19 @@ from __future__ import annotations
 
 import logging
 import secrets
-from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlencode
 
-from flask import Flask, Response, g, jsonify, redirect, render_template, request
+from flask import Flask, Response, g, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from cronkeeper import __version__
 from cronkeeper.errors import CronkeeperError, DatabaseError
 from cronkeeper.web import security
-from cronkeeper.web.pages import VersionsCache
+from cronkeeper.web.context import Context, login_redirect
 from cronkeeper.web.security import AUTH_COOKIE, SESSION_COOKIE, WebConfig
 
 log = logging.getLogger("cronkeeper.web")
 OPEN_PATHS = ("/login", "/static/")
-
-
-@dataclass
-class Context:
-    """What every request handler needs: the database, where, and how to behave."""
-
-    engine: Any
-    schema: str
-    cluster: str
-    database: str  # the URL with its password hidden, as status shows it
-    config: WebConfig
-    cache: VersionsCache
-
-
-def ctx() -> Context:
-    from flask import current_app
-
-    return current_app.extensions["cronkeeper"]
 
 
 def create_app(context: Context) -> Flask:
@@ -67,7 +47,7 @@ def create_app(context: Context) -> Flask:
             return _check_post(config)
         given = request.args.get("token")
         if config.token and given is not None and security.same_token(given, config.token):
-            return _login_redirect(_without_token())
+            return login_redirect(_without_token())
         if config.token and not g.authed:
             if request.path.startswith(OPEN_PATHS) and given is None:
                 return None
@@ -155,20 +135,6 @@ def _check_post(config: WebConfig) -> Response | None:
 def _without_token() -> str:
     args = [(k, v) for k, v in request.args.items(multi=True) if k != "token"]
     return request.path + (f"?{urlencode(args)}" if args else "")
-
-
-def _login_redirect(target: str) -> Response:
-    """Exchange a good token for the session cookie, and go where the user was going."""
-    g.login_sid = g.sid
-    return redirect(security.local_path(target), code=303)
-
-
-def login_post() -> Response:
-    config = ctx().config
-    if config.token and security.same_token(request.form.get("token"), config.token):
-        return _login_redirect(request.form.get("next") or "/")
-    return Response(render_template("login.html", next=request.form.get("next") or "/",
-                                    failed=True), 401)
 
 
 def _error(code: int, message: str, *, bearer: bool = False) -> Response:

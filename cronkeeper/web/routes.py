@@ -15,8 +15,8 @@ from cronkeeper.cli import status as status_cli
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
 from cronkeeper.timing import TimingError, parse_instant
-from cronkeeper.web import pages
-from cronkeeper.web.app import ctx, login_post
+from cronkeeper.web import pages, security
+from cronkeeper.web.context import ctx, login_redirect
 from cronkeeper.web.security import local_path
 from cronkeeper.web.strip import MAX_PERIODS, CellState
 
@@ -208,3 +208,11 @@ def register(app: Flask) -> None:
 
 def _safe_next(target: str | None) -> str:
     return local_path(target)
+
+
+def login_post() -> Response:
+    config = ctx().config
+    if config.token and security.same_token(request.form.get("token"), config.token):
+        return login_redirect(request.form.get("next") or "/")
+    return Response(render_template("login.html", next=request.form.get("next") or "/",
+                                    failed=True), 401)

@@ -42,6 +42,7 @@ class ScheduleState:
     trigger: Trigger
     after: datetime  # every period up to and including this instant is decided
     next_fire: datetime | None = None
+    job: dbs.JobColumns | None = None  # the spec's job columns, built on its first fire
 
 
 @dataclass(slots=True)
@@ -77,6 +78,7 @@ class Scheduler:
         self._heap: list[tuple[datetime, str]] = []
         self._horizon: datetime | None = None  # the last tick decided every period up to here
         self.behind = False  # the last tick left due periods for the next one (a long outage)
+        self._jobs: dict[dbs.JobColumns, dbs.JobColumns] = {}  # one tuple per distinct value
 
     # -- fencing ---------------------------------------------------------------------------
     def confirm(self) -> datetime:
@@ -218,16 +220,15 @@ class Scheduler:
             now, claims = (self.confirm(), []) if not due else self._decide(due)
         report.now = now
         self._horizon = horizon
+        decided: dict[tuple[datetime, str, str | None], Decision] = {}  # frozen: shared
         for batch, claimed in claims:  # after the commit: a burst's jobs are visible sooner
             report.lost += len(batch) - len(claimed)
-            reasons: dict[tuple[str, datetime], str | None] | None = None
-            for schedule, scheduled_for, outcome, job_id in claimed:
-                reason = None
-                if outcome != "emitted":  # the reason is in the row sent (the plan emits none)
-                    if reasons is None:
-                        reasons = {(r.schedule, r.scheduled_for): r.reason for r in batch}
-                    reason = _REASONS[reasons[(schedule, scheduled_for)]]
-                decision = Decision(scheduled_for, _OUTCOMES[outcome], reason)
+            for schedule, scheduled_for, outcome, reason, job_id in claimed:
+                key = (scheduled_for, outcome, reason)
+                decision = decided.get(key)
+                if decision is None:
+                    decision = decided[key] = Decision(scheduled_for, _OUTCOMES[outcome],
+                                                       _REASONS[reason])
                 report.decisions.append((schedule, decision, job_id))
         next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
         for name, periods in due.items():
@@ -242,7 +243,7 @@ class Scheduler:
 
     def _decide(
         self, due: dict[str, Sequence[datetime]]
-    ) -> tuple[datetime, list[tuple[list[dbs.PeriodRow], list[tuple]]]]:
+    ) -> tuple[datetime, list[tuple[dbs.ClaimBatch, list[dbs.Claim]]]]:
         """Plan and claim inside the tick's transaction; return its now and, per batch, the
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
@@ -256,12 +257,16 @@ class Scheduler:
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
-    ) -> Iterator[list[dbs.PeriodRow]]:
-        """The decisions as rows, planned lazily, ``BATCH_ROWS`` at a time. ``plan`` is pure,
-        so schedules with the same due periods (one list, shared through the tick's memo) and
-        the same policies share one plan."""
-        batch: list[dbs.PeriodRow] = []
+    ) -> Iterator[dbs.ClaimBatch]:
+        """The decisions as claim columns, planned lazily, ``BATCH_ROWS`` periods at a time.
+        ``plan`` is pure, so schedules with the same due periods (one list, shared through the
+        tick's memo) and the same policies share one plan; and schedules with the same job
+        columns and plan share its groups (the instant, the decision, the job's columns)."""
+        groups: list[dbs.ClaimGroup] = []
+        group_index: dict[dbs.ClaimGroup, int] = {}
+        batch = dbs.ClaimBatch(groups)
         plans: dict[tuple, list[Decision]] = {}
+        plan_groups: dict[tuple[int, int], list[int]] = {}
         for name, periods in due.items():
             state = self.states[name]
             spec = state.spec
@@ -271,15 +276,64 @@ class Scheduler:
             decisions = plans.get(key)
             if decisions is None:
                 decisions = plans[key] = plan(spec, periods, now, paused=is_paused, busy=is_busy)
-            for decision in decisions:
-                batch.append(period_row(spec, state.version_id, decision))
-                if len(batch) >= BATCH_ROWS:
-                    if self.on_progress is not None:
-                        self.on_progress()  # a big tick is progress batch by batch, not at its end
-                    yield batch
-                    batch = []
-        if batch:
+            job = state.job
+            if job is None:
+                job = state.job = self._job_columns(spec)
+            indexes = plan_groups.get((id(decisions), id(job)))
+            if indexes is None:
+                indexes = plan_groups[(id(decisions), id(job))] = [
+                    _group_of(claim_group(d, job), groups, group_index) for d in decisions]
+            n = len(indexes)
+            batch.schedule.extend(itertools.repeat(name, n))
+            batch.version_id.extend(itertools.repeat(state.version_id, n))
+            batch.group.extend(indexes)
+            if spec.jitter:
+                batch.run_after.extend(_jittered(name, spec.jitter, d) for d in decisions)
+            else:
+                batch.run_after.extend(itertools.repeat(None, n))
+            if len(batch) >= BATCH_ROWS:
+                if self.on_progress is not None:
+                    self.on_progress()  # a big tick is progress batch by batch, not at its end
+                yield batch
+                batch = dbs.ClaimBatch(groups)
+        if len(batch):
             yield batch
+
+    def _job_columns(self, spec: ScheduleSpec) -> dbs.JobColumns:
+        """The spec's job columns, one shared tuple per distinct value (kept on its state)."""
+        job = job_columns(spec)
+        return self._jobs.setdefault(job, job)
+
+
+def _group_of(group: dbs.ClaimGroup, groups: list[dbs.ClaimGroup],
+              index: dict[dbs.ClaimGroup, int]) -> int:
+    n = index.get(group)
+    if n is None:
+        groups.append(group)
+        n = index[group] = len(groups)  # 1-based, as SQL's ordinality
+    return n
+
+
+def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:
+    if decision.outcome is not Outcome.EMITTED:
+        return None
+    at = decision.scheduled_for
+    return at + timedelta(seconds=period_jitter(f"{name}@{_key_stamp(at)}", jitter))
+
+
+def job_columns(spec: ScheduleSpec) -> dbs.JobColumns:
+    """The outbox columns every job of the spec shares."""
+    return dbs.JobColumns(spec.task_name, spec.payload_json, spec.max_attempts, spec.timeout,
+                          _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner)
+
+
+def claim_group(decision: Decision, job: dbs.JobColumns) -> dbs.ClaimGroup:
+    """The group of a decision: an emitted one carries the job's columns, a skipped one none."""
+    at = decision.scheduled_for
+    reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
+    emitted = decision.outcome is Outcome.EMITTED
+    return dbs.ClaimGroup(at, _key_stamp(at), decision.outcome.value, reason,
+                          job if emitted else None)
 
 
 def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | None]:

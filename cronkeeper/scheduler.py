@@ -202,6 +202,8 @@ class Scheduler:
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._due_at.setdefault(state.next_fire, []).append(name)
+        for bucket in self._due_at.values():
+            bucket.sort()
         self._instants = list(self._due_at)
         heapq.heapify(self._instants)
 
@@ -240,8 +242,11 @@ class Scheduler:
                 break
             when = self._instants[0]
             bucket = self._due_at[when]
-            while bucket and budget > 0:
-                name = bucket.pop()
+            taken = 0
+            for name in bucket:  # in name order: the text indexes take the claims in order
+                if budget <= 0:
+                    break
+                taken += 1
                 state = states.get(name)
                 if state is None:
                     continue
@@ -254,6 +259,7 @@ class Scheduler:
                     budget -= len(periods)
                     # more due periods than one tick takes: not caught up to ``now``
                     self.behind = self.behind or len(periods) >= take
+            del bucket[:taken]
             if not bucket:
                 heapq.heappop(self._instants)
                 del self._due_at[when]

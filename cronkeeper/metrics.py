@@ -90,8 +90,6 @@ class Metrics:
                                            buckets=LAG_BUCKETS, registry=r)
         self._owners: dict[str, str] = {}
         self._owners_of: object = None  # the schedule set _owners was built from
-        self._fires_children: dict[tuple[str, str, str], Any] = {}  # (schedule, outcome, reason)
-        self._lag_children: dict[str, Any] = {}
 
     # -- election.Node ------------------------------------------------------------------------
     def set_leader(self, is_leader: bool, term: int | None) -> None:
@@ -109,33 +107,14 @@ class Metrics:
             # once per schedule set, not per tick: a tick's cost follows its decisions
             self._owners = {s.name: s.owner or "" for s in schedules.specs}
             self._owners_of = schedules
-            self._fires_children = {}  # a schedule's owner may have changed
         now = report.now
-        # A burst's decisions share a few Decision objects: their labels and lag are worked out
-        # once each. Each series' child is kept (prometheus_client keeps them all anyway), so
-        # a decision costs two dict lookups, not two ``labels()`` calls (~2 us each).
-        shared: dict[int, tuple[str, str, float | None]] = {}
-        fires, lags = self._fires_children, self._lag_children
         for schedule, decision, _job_id in report.decisions:
-            facts = shared.get(id(decision))
-            if facts is None:
-                outcome = str(decision.outcome)
-                emitted = outcome == "emitted"
-                facts = shared[id(decision)] = (
-                    outcome, str(decision.reason) if decision.reason is not None else "",
-                    max((now - decision.scheduled_for).total_seconds(), 0.0) if emitted else None)
-            outcome, reason, lag = facts
-            key = (schedule, outcome, reason)
-            child = fires.get(key)
-            if child is None:
-                child = fires[key] = self.fires.labels(
-                    schedule, self._owners.get(schedule, ""), outcome, reason)
-            child.inc()
-            if lag is not None:
-                child = lags.get(schedule)
-                if child is None:
-                    child = lags[schedule] = self.fire_lag.labels(schedule)
-                child.observe(lag)
+            outcome = str(decision.outcome)
+            reason = str(decision.reason) if decision.reason is not None else ""
+            self.fires.labels(schedule, self._owners.get(schedule, ""), outcome, reason).inc()
+            if outcome == "emitted":
+                lag = (now - decision.scheduled_for).total_seconds()
+                self.fire_lag.labels(schedule).observe(max(lag, 0.0))
 
     # -- the worker ----------------------------------------------------------------------------
     def job_started(self, schedule: str | None, owner: str | None) -> None:

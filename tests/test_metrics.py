@@ -48,29 +48,6 @@ def test_leader_tick_and_skew():
     assert value(reg, "cronkeeper_leader") == 0
 
 
-def test_a_burst_of_shared_decisions_counts_each_schedule_under_its_current_owner():
-    """observe_tick works out a shared Decision's labels and lag once and keeps each series'
-    child: every schedule is still counted once per decision, under the owner of the schedule
-    set in force when it was decided."""
-    reg = CollectorRegistry()
-    x = m.Metrics(reg)
-    fired = Decision(T, Outcome.EMITTED)
-    skipped = Decision(T, Outcome.SKIPPED, Reason.OVERLAP)
-    names = [f"s{i}" for i in range(5)]
-    burst = SimpleNamespace(now=T + timedelta(seconds=2), decisions=[
-        (n, fired if i % 2 == 0 else skipped, i) for i, n in enumerate(names)])
-    x.observe_tick(burst, ScheduleSet(tuple(spec(n) for n in names)))
-    x.observe_tick(burst, ScheduleSet(tuple(spec(n, owner="team-b") for n in names)))
-    for i, n in enumerate(names):
-        outcome, reason = ("emitted", "") if i % 2 == 0 else ("skipped", "overlap")
-        for owner in ("team-a", "team-b"):
-            assert value(reg, "cronkeeper_fires_total", schedule=n, owner=owner,
-                         outcome=outcome, reason=reason) == 1
-        assert value(reg, "cronkeeper_fire_lag_seconds_count", schedule=n) == (
-            2 if i % 2 == 0 else None)
-    assert value(reg, "cronkeeper_fire_lag_seconds_sum", schedule="s0") == 4.0
-
-
 def test_worker_job_events():
     reg = CollectorRegistry()
     x = m.Metrics(reg, kind="worker")

@@ -62,7 +62,8 @@ class Metrics:
                              "outcome (emitted|skipped) and reason.",
                              ["schedule", "owner", "outcome", "reason"], registry=r)
         # Histograms carry no schedule label: 16 series per schedule would be about 4 KiB of
-        # daemon memory per schedule (440 MiB at 100,000) and a scrape of millions of lines. Per-schedule detail is in the counters, the gauges and `history`.
+        # daemon memory per schedule (440 MiB at 100,000) and a scrape of millions of lines.
+        # Per-schedule detail is in the counters, the gauges and `history`.
         self.fire_lag = Histogram("cronkeeper_fire_lag_seconds", "Decision time minus the "
                                   "period's nominal instant, for emitted periods, by owner.",
                                   ["owner"], buckets=LAG_BUCKETS, registry=r)

@@ -58,9 +58,8 @@ class Metrics:
         self.skew = Gauge("cronkeeper_clock_skew_seconds", "Database clock minus this host's "
                           "clock, at the last instance heartbeat.", registry=r)
         # the leader's decisions
-        self.fires = Counter("cronkeeper_fires", "Periods decided by this instance as leader, by "
-                             "outcome (emitted|skipped) and reason.",
-                             ["schedule", "owner", "outcome", "reason"], registry=r)
+        self.fires = _FireCounts()
+        r.register(self.fires)
         # Histograms carry no schedule label: 16 series per schedule would be about 4 KiB of
         # daemon memory per schedule (440 MiB at 100,000) and a scrape of millions of lines.
         # Per-schedule detail is in the counters, the gauges and `history`.
@@ -114,14 +113,18 @@ class Metrics:
             self._owners = {s.name: s.owner or "" for s in schedules.specs}
             self._owners_of = schedules
         now = report.now
+        owners = self._owners
+        counts: dict[tuple[str, str, str, str], int] = {}
         for schedule, decision, _job_id in report.decisions:
             outcome = str(decision.outcome)
             reason = str(decision.reason) if decision.reason is not None else ""
-            owner = self._owners.get(schedule, "")
-            self.fires.labels(schedule, owner, outcome, reason).inc()
+            owner = owners.get(schedule, "")
+            key = (schedule, owner, outcome, reason)
+            counts[key] = counts.get(key, 0) + 1
             if outcome == "emitted":
                 lag = (now - decision.scheduled_for).total_seconds()
                 self.fire_lag.labels(owner).observe(max(lag, 0.0))
+        self.fires.add(counts)
 
     # -- the worker ----------------------------------------------------------------------------
     def job_started(self, schedule: str | None, owner: str | None) -> None:
@@ -157,6 +160,39 @@ class Metrics:
         """A relayed job is done with as far as cronkeeper runs it (published, or dead): its
         attempts go to the same histogram as a worker's jobs (the fourth of the four numbers)."""
         self.job_attempts.observe(attempts)
+
+
+class _FireCounts(Collector):
+    """``cronkeeper_fires_total{schedule, owner, outcome, reason}`` as plain counts. A
+    prometheus_client Counter keeps an object per label set (about 630 B each) and costs about
+    8 us the first time a label set is seen: at 100,000 schedules, 63 MiB and 0.8 s of the
+    leader's CPU in the first burst. A dict entry is a fraction of both, and a tick adds its
+    counts under one lock."""
+
+    NAME = "cronkeeper_fires"
+    HELP = "Periods decided by this instance as leader, by outcome (emitted|skipped) and reason."
+    LABELS = ("schedule", "owner", "outcome", "reason")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str, str], int] = {}
+
+    def add(self, counts: dict[tuple[str, str, str, str], int]) -> None:
+        with self._lock:
+            mine = self._counts
+            for key, n in counts.items():
+                mine[key] = mine.get(key, 0) + n
+
+    def describe(self) -> Iterable:
+        return [CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
+
+    def collect(self) -> Iterable:
+        family = CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        with self._lock:
+            items = list(self._counts.items())
+        for key, n in items:
+            family.add_metric(key, n)
+        return [family]
 
 
 class NullMetrics(Metrics):

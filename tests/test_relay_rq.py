@@ -4,6 +4,7 @@ Each test has a private redis-server, so stopping it mid-run touches nobody else
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -349,3 +350,61 @@ target = "t"
     # the batch path: one pipeline per round, not RQ's MULTI/EXEC per job
     assert "cmdstat_exec" not in client.info("commandstats")
 
+
+class _UnreachableForOne(rq_target.RQTarget):
+    """A real RQ target whose batch lands every job, then reports one of them as if Redis had
+    gone away before it (what a job sent one by one after the pipeline, ``enqueue_at``, meets
+    when Redis dies between the two)."""
+
+    def __init__(self, *args, fail_key: str) -> None:
+        super().__init__(*args)
+        self.fail_key = fail_key
+
+    def publish_many(self, items):
+        results = super().publish_many(items)
+        return [TargetUnavailable("Redis unreachable (injected)") if job.key == self.fail_key
+                else result for (job, _), result in zip(items, results, strict=True)]
+
+
+def test_jobs_a_batch_landed_are_marked_even_when_another_found_the_target_down(
+    engine, schema, private_redis, tmp_path  # noqa: F811
+):
+    """The relay rests a target that one job of a round found unreachable; the jobs of the same
+    round that the target had already taken are still marked published (they are in RQ), and
+    only that one job is handed back, uncounted."""
+    from cronkeeper.cli.relay import load_config
+    from cronkeeper.relay.loop import Relay
+
+    queue = unique_name("rq")
+    keys = [f"rest@2026-03-08T07:{n:02d}:00Z" for n in range(6)]
+    for n, key in enumerate(keys):
+        put(engine, schema, "relay_consumers.record", {"n": n}, key=key)
+    config = load_config(write_config(tmp_path, f"""
+name = "{unique_name('relay')}"
+lease = "30s"
+poll_interval = "0.05s"
+
+[targets.t]
+kind = "rq"
+redis = "{private_redis.url}"
+queue = "{queue}"
+
+[[routes]]
+tasks = ["relay_consumers.*"]
+target = "t"
+"""))
+    target = _UnreachableForOne("t", {"kind": "rq", "redis": private_redis.url, "queue": queue},
+                                fail_key=keys[2])
+    relay = Relay(engine, config, {"t": target}, relay_id=unique_name("relay"), schema=schema)
+    thread = threading.Thread(target=relay.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'published'")
+                   == 5, message="five published")
+    finally:
+        relay.stop()
+        thread.join(30)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.text(
+            "SELECT idempotency_key, state || '/' || attempts FROM outbox")).all())
+    assert rows == {k: ("available/0" if k == keys[2] else "published/1") for k in keys}

@@ -300,6 +300,26 @@ def test_publish_many_goes_one_by_one_on_an_rq_without_the_script(target, privat
         rq_job_id(jobs[i].key).encode() for i in (1, 0, 2)]
 
 
+def relay_config(url: str, queue: str, *, first_route: str = "") -> str:
+    """A relay with one RQ target ``t`` (default queue ``queue``): ``first_route`` (TOML), then
+    every ``relay_consumers`` task to ``t``."""
+    return f"""
+name = "{unique_name('relay')}"
+lease = "30s"
+poll_interval = "0.05s"
+status_interval = "0.2s"
+
+[targets.t]
+kind = "rq"
+redis = "{url}"
+queue = "{queue}"
+{first_route}
+[[routes]]
+tasks = ["relay_consumers.*"]
+target = "t"
+"""
+
+
 def test_a_relay_round_marks_the_jobs_redis_took_and_retries_the_one_it_refused(
     engine, schema, private_redis, tmp_path  # noqa: F811
 ):
@@ -313,26 +333,12 @@ def test_a_relay_round_marks_the_jobs_redis_took_and_retries_the_one_it_refused(
     for n, key in enumerate(keys):
         task = "relay_consumers.fail" if n == 5 else "relay_consumers.record"
         put(engine, schema, task, {"n": n}, key=key)
-    config = write_config(tmp_path, f"""
-name = "{unique_name('relay')}"
-lease = "30s"
-poll_interval = "0.05s"
-status_interval = "0.2s"
-
-[targets.t]
-kind = "rq"
-redis = "{private_redis.url}"
-queue = "{queue}"
-
+    config = write_config(tmp_path, relay_config(private_redis.url, queue, first_route=f"""
 [[routes]]
 tasks = ["relay_consumers.fail"]
 target = "t"
 queue = "{broken}"
-
-[[routes]]
-tasks = ["relay_consumers.*"]
-target = "t"
-""")
+"""))
     with RelayThread(engine, schema, config) as relay:
         wait_until(lambda: scalar(engine, "SELECT count(*) FROM outbox WHERE last_error IS NOT NULL"
                                   " OR state = 'published'") == 12, message="twelve outcomes")
@@ -379,20 +385,7 @@ def test_jobs_a_batch_landed_are_marked_even_when_another_found_the_target_down(
     keys = [f"rest@2026-03-08T07:{n:02d}:00Z" for n in range(6)]
     for n, key in enumerate(keys):
         put(engine, schema, "relay_consumers.record", {"n": n}, key=key)
-    config = load_config(write_config(tmp_path, f"""
-name = "{unique_name('relay')}"
-lease = "30s"
-poll_interval = "0.05s"
-
-[targets.t]
-kind = "rq"
-redis = "{private_redis.url}"
-queue = "{queue}"
-
-[[routes]]
-tasks = ["relay_consumers.*"]
-target = "t"
-"""))
+    config = load_config(write_config(tmp_path, relay_config(private_redis.url, queue)))
     target = _UnreachableForOne("t", {"kind": "rq", "redis": private_redis.url, "queue": queue},
                                 fail_key=keys[2])
     relay = Relay(engine, config, {"t": target}, relay_id=unique_name("relay"), schema=schema)

@@ -497,3 +497,57 @@ def test_render_escapes_control_characters():
     d = Diagnostic("a\x1b.toml", 3, "x\x1b[2J", "bad \x07 thing")
     assert d.render() == "a\\x1b.toml:3: schedule 'x\\x1b[2J': bad \\x07 thing"
     assert Diagnostic("dir", 0, None, "m").render() == "dir: m"
+
+
+# -- repeated tables: a table checked once is remembered, never trusted blindly ---------------------
+
+
+def _twins(body: str, names_tasks: list[tuple[str, str, str]]) -> str:
+    """Tables with one body, each under its own name, task and description lines."""
+    return "".join(f"[{name}]\n{task}\n{description}\n{body}\n" for name, task, description in names_tasks)
+
+
+def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
+    body = ('cron = "30 2 * * *"\ntimezone = "Europe/Berlin"\nmisfire = "skip"\n'
+            'overlap = "allow"\ntimeout = "2d"\npayload = { n = 1 }')  # fmt: skip
+    text = _twins(body, [
+        ("first", 'task = "pkg.mod:one"', 'description = "d1"'),
+        ("second", 'task = "pkg.mod:two"', ""),
+        ("Third", 'task = "pkg.mod:three"', ""),  # an invalid name: an error, not a copy
+        ("fourth", 'task = "not a task!"', ""),  # an invalid task
+        ("fifth", 'task = "pkg.mod:five"', "description = 5"),  # not a string
+        ("sixth", 'command = ["/bin/true"]', ""),  # command instead of task: another table
+        ("seventh", 'task = "pkg.mod:seven"\ncommand = ["/bin/true"]', ""),  # both: an error
+    ])  # fmt: skip
+    result = load(tmp_path, text)
+    from cronkeeper.spec.fasttoml import parse
+    from cronkeeper.spec.validate import check_schedule
+
+    doc, index = parse(text)
+    expected = []
+    for name, table in doc.items():
+        _, diags = check_schedule(name, table, file=str(tmp_path / "a.toml"), now=NOW,
+                                  line_of=lambda *p, _n=name: index.line(_n, *p))  # fmt: skip
+        expected.extend(diags)
+    assert sorted(result.diagnostics, key=lambda d: d.line) == sorted(expected, key=lambda d: d.line)
+    errors = {d.schedule for d in result.errors}
+    assert errors == {"Third", "fourth", "fifth", "seventh"}
+    # the warnings (DST gap and fold, no owner, timeout longer than the interval) of each copy
+    # point at its own lines
+    warned = [d for d in result.warnings if d.schedule == "second"]
+    assert len(warned) == 4 and {d.line for d in warned} > {10}, [d.render() for d in warned]
+    specs = result.schedules.by_name()
+    assert set(specs) == {"first", "second", "sixth"}
+    assert (specs["first"].task, specs["first"].description, specs["first"].line) == (
+        "pkg.mod:one", "d1", 1)  # fmt: skip
+    assert (specs["second"].task, specs["second"].description) == ("pkg.mod:two", None)
+    assert specs["second"].line == 10
+    assert specs["second"].payload_json == specs["first"].payload_json == '{"n":1}'
+
+
+def test_a_value_of_another_type_is_another_table(tmp_path):
+    # 1 == True in Python: a remembered `max_attempts = 1` must not let `true` pass
+    text = GOOD + "max_attempts = 1\n" + with_line(GOOD, "[job]", "[job2]") + "max_attempts = true\n"
+    result = load(tmp_path, text)
+    assert only(result.errors).schedule == "job2"
+    assert "'max_attempts' must be an integer" in only(result.errors).message

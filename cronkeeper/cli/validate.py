@@ -66,7 +66,12 @@ def validate_command(
         raise click.UsageError(
             "no such file or directory: " + ", ".join(safe(p) for p in missing)
         )
-    result = load_paths(paths, now=clock.wall()) if paths else _empty()
+    # The specs themselves are wanted only to check a relay config's routes against them.
+    result = (
+        load_paths(paths, now=clock.wall(), keep_specs=relay_config is not None)
+        if paths
+        else _empty()
+    )
     if relay_config is not None:
         result = _with_relay_config(result, relay_config, bool(paths))
     click.echo(render_json(result) if fmt == "json" else render_text(result))

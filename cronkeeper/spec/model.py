@@ -89,6 +89,19 @@ class ScheduleSpec:
     # The digest, worked out once (adopt and every heartbeat's set digest read it).
     _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
+    def renamed(
+        self, name: str, task: str | None, description: str | None, file: str, line: int
+    ) -> ScheduleSpec:
+        """This spec under another name, task and description, from another place: how the
+        loader makes the specs of tables that differ from one already checked only in those.
+        Positional, every field: a third of the cost of ``dataclasses.replace``."""
+        return ScheduleSpec(
+            name, self.timezone, self.misfire, self.cron, self.every, self.catch_up_limit,
+            self.overlap, task, self.command, self.payload_json, self.grace, self.jitter,
+            self.timeout, self.max_attempts, self.backoff, self.permanent_exit_codes, self.owner,
+            description, file, line,
+        )  # fmt: skip
+
     @property
     def payload(self) -> dict[str, Any]:
         return json.loads(self.payload_json)

@@ -132,7 +132,7 @@ def _load_paths(
     defined = 0
     first_seen: dict[str, tuple[str, int]] = {}
     duplicates: set[str] = set()
-    memo: Memo = {}  # valid tables checked so far, by their text (see check_schedule)
+    memo = Memo()  # valid tables checked so far, by their text (see check_schedule)
     for file, root in files:
         file_specs, names, file_diags = _load_file(file, root, now, memo, keep_specs)
         diagnostics.extend(file_diags)

@@ -551,3 +551,21 @@ def test_a_value_of_another_type_is_another_table(tmp_path):
     result = load(tmp_path, text)
     assert only(result.errors).schedule == "job2"
     assert "'max_attempts' must be an integer" in only(result.errors).message
+
+
+def test_files_read_by_several_processes_say_what_one_process_says(tmp_path):
+    from cronkeeper.spec import loader
+
+    bad = with_line(GOOD, 'timezone = "UTC"', 'timezone = "Mars/Olympus"')
+    texts = [GOOD, bad + with_line(GOOD, "[job]", "[other]"), "[job]\nmisfire = 1\n", "x = ["]
+    files = []
+    for i, text in enumerate(texts):  # 'job' defined in three files: duplicates across readers
+        path = tmp_path / f"{i}.toml"
+        path.write_text(text)
+        files.append((str(path), str(tmp_path)))
+    one = loader._load_files(files, NOW, False, readers=1)
+    three = loader._load_files(files, NOW, False, readers=3)
+    assert three == one
+    assert [len(diags) for _, _, diags in one] == [0, 1, 5, 1]  # each file's own problems
+    everything = load_paths([tmp_path], now=NOW, keep_specs=False)
+    assert sum("duplicate schedule name" in d.message for d in everything.errors) == 4

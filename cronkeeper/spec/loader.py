@@ -29,7 +29,9 @@ import errno
 import gc
 import os
 import re
+import signal
 import stat
+import sys
 import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -132,9 +134,9 @@ def _load_paths(
     defined = 0
     first_seen: dict[str, tuple[str, int]] = {}
     duplicates: set[str] = set()
-    memo = Memo()  # valid tables checked so far, by their text (see check_schedule)
-    for file, root in files:
-        file_specs, names, file_diags = _load_file(file, root, now, memo, keep_specs)
+    for (file, _), (file_specs, names, file_diags) in zip(
+        files, _load_files(files, now, keep_specs), strict=True
+    ):
         diagnostics.extend(file_diags)
         defined += len(names)
         for name, line in names:
@@ -178,6 +180,76 @@ def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Sch
 
 
 FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic]]
+# Below this many bytes of files, forking readers costs more than it saves.
+PARALLEL_BYTES = 4 * 1024 * 1024
+MAX_READERS = 8
+
+
+def _load_chunk(files: list[tuple[str, str | None]], now: datetime, keep_specs: bool):
+    memo = Memo()  # valid tables checked so far, by their text (see check_schedule)
+    return [_load_file(file, root, now, memo, keep_specs) for file, root in files]
+
+
+def _load_files(
+    files: list[tuple[str, str | None]], now: datetime, keep_specs: bool, readers: int = 0
+) -> list[FileResult]:
+    """Each file's result, in order. When only diagnostics are wanted (``validate``), on Linux,
+    with several CPUs and megabytes to read, the files are split in contiguous runs of about
+    equal size and read by forked processes at once (this one reads the first run): a file's
+    result does not depend on the others, and the results are put back in file order, so the
+    output is the one a single process gives. Specs are never sent back (100,000 of them cost
+    more to pickle than to make), so the daemon reads in one process."""
+    readers = readers or (_readers(files) if not keep_specs else 1)
+    if readers <= 1:
+        return _load_chunk(files, now, keep_specs)
+    chunks = _split(files, readers)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    try:  # Ctrl-C is the parent's to handle: the readers ignore it and finish their runs
+        with ProcessPoolExecutor(
+            readers - 1, get_context("fork"), signal.signal, (signal.SIGINT, signal.SIG_IGN)
+        ) as pool:
+            futures = [pool.submit(_load_chunk, chunk, now, keep_specs) for chunk in chunks[1:]]
+            results = _load_chunk(chunks[0], now, keep_specs)
+            for future in futures:
+                results.extend(future.result())
+    except (BrokenProcessPool, OSError):  # no processes to be had: read them here
+        return _load_chunk(files, now, keep_specs)
+    return results
+
+
+def _readers(files: list[tuple[str, str | None]]) -> int:
+    if sys.platform != "linux" or len(files) < 2:
+        return 1
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        return 1
+    size = 0
+    for file, _ in files:
+        with contextlib.suppress(OSError):
+            size += os.stat(file).st_size
+    return max(1, min(cpus, MAX_READERS, len(files), size // (PARALLEL_BYTES // 2)))
+
+
+def _split(files: list[tuple[str, str | None]], parts: int) -> list[list[tuple[str, str | None]]]:
+    """Contiguous runs of files of about equal total size."""
+    sizes = []
+    for file, _ in files:
+        try:
+            sizes.append(max(os.stat(file).st_size, 1))
+        except OSError:
+            sizes.append(1)
+    total = sum(sizes)
+    chunks: list[list[tuple[str, str | None]]] = [[]]
+    done = 0
+    for entry, size in zip(files, sizes, strict=True):
+        if done >= total * len(chunks) / parts and len(chunks) < parts:
+            chunks.append([])
+        chunks[-1].append(entry)
+        done += size
+    return chunks
 
 _SPECIAL_KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),

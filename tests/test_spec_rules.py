@@ -563,9 +563,21 @@ def test_files_read_by_several_processes_say_what_one_process_says(tmp_path):
         path = tmp_path / f"{i}.toml"
         path.write_text(text)
         files.append((str(path), str(tmp_path)))
-    one = loader._load_files(files, NOW, False, readers=1)
-    three = loader._load_files(files, NOW, False, readers=3)
+    one = loader._load_files(files, NOW, (False, True), readers=1)
+    three = loader._load_files(files, NOW, (False, True), readers=3)
     assert three == one
     assert [len(diags) for _, _, diags in one] == [0, 1, 5, 1]  # each file's own problems
     everything = load_paths([tmp_path], now=NOW, keep_specs=False)
     assert sum("duplicate schedule name" in d.message for d in everything.errors) == 4
+
+
+def test_without_warnings_the_errors_and_specs_are_the_same(tmp_path):
+    bad = with_line(GOOD, 'timezone = "UTC"', 'timezone = "Mars/Olympus"')
+    text = with_line(GOOD, 'owner = "team-a"\n', "") + with_line(bad, "[job]", "[other]")
+    load(tmp_path, text)
+    full = load_paths([tmp_path], now=NOW)
+    quiet = load_paths([tmp_path], now=NOW, keep_warnings=False)
+    assert [d.render() for d in full.warnings] == [f"{tmp_path / 'a.toml'}:1: schedule 'job': "
+        "no 'owner': nobody will be alerted about its dead letters and missed periods"]  # fmt: skip
+    assert quiet.warnings == [] and quiet.errors == full.errors and len(quiet.errors) == 1
+    assert quiet.schedules == full.schedules and set(quiet.schedules.by_name()) == {"job"}

@@ -82,19 +82,29 @@ def _collector_paused() -> Iterator[None]:
 
 
 def load_paths(
-    paths: Sequence[str | os.PathLike[str]], *, now: datetime, keep_specs: bool = True
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    now: datetime,
+    keep_specs: bool = True,
+    keep_warnings: bool = True,
 ) -> LoadResult:
     """Read every schedule file under ``paths``. ``now`` (aware) anchors the DST look-ahead.
 
     ``keep_specs=False``: only the diagnostics and counts are wanted (``validate``); the
     result's ``schedules`` is then empty, and the specs of repeated tables are never made.
+    ``keep_warnings=False``: the schedules' warnings are not made (``load_valid``, the daemon:
+    a generated set can have one per schedule, and nobody reads them there).
     """
     with _collector_paused():
-        return _load_paths(paths, now, keep_specs)
+        return _load_paths(paths, now, (keep_specs, keep_warnings))
+
+
+# (keep_specs, keep_warnings) of load_paths.
+Wanted = tuple[bool, bool]
 
 
 def _load_paths(
-    paths: Sequence[str | os.PathLike[str]], now: datetime, keep_specs: bool
+    paths: Sequence[str | os.PathLike[str]], now: datetime, wanted: Wanted
 ) -> LoadResult:
     diagnostics: list[Diagnostic] = []
     files: list[tuple[str, str | None]] = []  # (path to show, root directory it was found under)
@@ -135,7 +145,7 @@ def _load_paths(
     first_seen: dict[str, tuple[str, int]] = {}
     duplicates: set[str] = set()
     for (file, _), (file_specs, names, file_diags) in zip(
-        files, _load_files(files, now, keep_specs), strict=True
+        files, _load_files(files, now, wanted), strict=True
     ):
         diagnostics.extend(file_diags)
         defined += len(names)
@@ -169,7 +179,7 @@ def _load_paths(
 
 def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> ScheduleSet:
     """The schedules under ``paths``; :class:`ScheduleError` listing every error if any."""
-    result = load_paths(paths, now=now)
+    result = load_paths(paths, now=now, keep_warnings=False)
     if result.errors:
         count = len(result.errors)
         lines = "\n".join(d.render() for d in result.errors)
@@ -185,13 +195,13 @@ PARALLEL_BYTES = 4 * 1024 * 1024
 MAX_READERS = 8
 
 
-def _load_chunk(files: list[tuple[str, str | None]], now: datetime, keep_specs: bool):
+def _load_chunk(files: list[tuple[str, str | None]], now: datetime, wanted: Wanted):
     memo = Memo()  # valid tables checked so far, by their text (see check_schedule)
-    return [_load_file(file, root, now, memo, keep_specs) for file, root in files]
+    return [_load_file(file, root, now, memo, wanted) for file, root in files]
 
 
 def _load_files(
-    files: list[tuple[str, str | None]], now: datetime, keep_specs: bool, readers: int = 0
+    files: list[tuple[str, str | None]], now: datetime, wanted: Wanted, readers: int = 0
 ) -> list[FileResult]:
     """Each file's result, in order. When only diagnostics are wanted (``validate``), on Linux,
     with several CPUs and megabytes to read, the files are split in contiguous runs of about
@@ -199,9 +209,9 @@ def _load_files(
     result does not depend on the others, and the results are put back in file order, so the
     output is the one a single process gives. Specs are never sent back (100,000 of them cost
     more to pickle than to make), so the daemon reads in one process."""
-    readers = readers or (_readers(files) if not keep_specs else 1)
+    readers = readers or (_readers(files) if not wanted[0] else 1)
     if readers <= 1:
-        return _load_chunk(files, now, keep_specs)
+        return _load_chunk(files, now, wanted)
     chunks = _split(files, readers)
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
@@ -211,12 +221,12 @@ def _load_files(
         with ProcessPoolExecutor(
             readers - 1, get_context("fork"), signal.signal, (signal.SIGINT, signal.SIG_IGN)
         ) as pool:
-            futures = [pool.submit(_load_chunk, chunk, now, keep_specs) for chunk in chunks[1:]]
-            results = _load_chunk(chunks[0], now, keep_specs)
+            futures = [pool.submit(_load_chunk, chunk, now, wanted) for chunk in chunks[1:]]
+            results = _load_chunk(chunks[0], now, wanted)
             for future in futures:
                 results.extend(future.result())
     except (BrokenProcessPool, OSError):  # no processes to be had: read them here
-        return _load_chunk(files, now, keep_specs)
+        return _load_chunk(files, now, wanted)
     return results
 
 
@@ -295,7 +305,7 @@ def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
 
 
 def _load_file(
-    file: str, root: str | None, now: datetime, memo: Memo, keep_specs: bool
+    file: str, root: str | None, now: datetime, memo: Memo, wanted: Wanted
 ) -> FileResult:
     """(valid specs, (name, line) of every schedule defined, diagnostics) of one file."""
     diags: list[Diagnostic] = []
@@ -351,11 +361,12 @@ def _load_file(
 
         names.append((name, line_of()))
         spec, schedule_diags = check_schedule(
-            name, table, file=file, line_of=line_of, now=now, memo=memo, spec_needed=keep_specs
-        )
+            name, table, file=file, line_of=line_of, now=now, memo=memo,
+            spec_needed=wanted[0], warnings_needed=wanted[1],
+        )  # fmt: skip
         if schedule_diags:
             diags.extend(schedule_diags)
-        if spec is not None and keep_specs:
+        if spec is not None and wanted[0]:
             specs.append(spec)
         if "command" in table and command_line is None:
             command_line = (name, line_of("command"))

@@ -116,6 +116,7 @@ def check_schedule(
     now: datetime,
     memo: Memo | None = None,
     spec_needed: bool = True,
+    warnings_needed: bool = True,
 ) -> tuple[ScheduleSpec | None, list[Diagnostic]]:
     """Validate one schedule. ``line_of(*key_path)`` gives the line of a key of this table.
 
@@ -123,7 +124,7 @@ def check_schedule(
     :class:`Memo`); name, task and description are checked per schedule here, so a table seen
     before costs those checks and a dict look-up. A table with any error is checked afresh each
     time. ``spec_needed=False``: only the diagnostics are wanted (``validate``); no spec is made
-    and None is returned in its place.
+    and None is returned in its place. ``warnings_needed=False``: only errors are returned.
     """
     if memo is None or not memo.worth_it:
         spec, findings = _check(name, table, now, file, line_of, spec_needed)[1:]
@@ -168,7 +169,8 @@ def check_schedule(
     if not findings:
         return spec, []
     return spec, [Diagnostic(file, line_of(*path), name, message, severity)
-                  for path, message, severity in findings]  # fmt: skip
+                  for path, message, severity in findings
+                  if warnings_needed or severity is Severity.ERROR]  # fmt: skip
 
 
 def _check(

@@ -499,12 +499,13 @@ def test_render_escapes_control_characters():
     assert Diagnostic("dir", 0, None, "m").render() == "dir: m"
 
 
-# -- repeated tables: a table checked once is remembered, never trusted blindly ---------------------
+# -- repeated tables: a table checked once is remembered, never trusted blindly -----------------
 
 
 def _twins(body: str, names_tasks: list[tuple[str, str, str]]) -> str:
     """Tables with one body, each under its own name, task and description lines."""
-    return "".join(f"[{name}]\n{task}\n{description}\n{body}\n" for name, task, description in names_tasks)
+    return "".join(f"[{name}]\n{task}\n{description}\n{body}\n"
+                   for name, task, description in names_tasks)  # fmt: skip
 
 
 def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
@@ -529,7 +530,8 @@ def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
         _, diags = check_schedule(name, table, file=str(tmp_path / "a.toml"), now=NOW,
                                   line_of=lambda *p, _n=name: index.line(_n, *p))  # fmt: skip
         expected.extend(diags)
-    assert sorted(result.diagnostics, key=lambda d: d.line) == sorted(expected, key=lambda d: d.line)
+    by_line = lambda d: d.line  # noqa: E731
+    assert sorted(result.diagnostics, key=by_line) == sorted(expected, key=by_line)
     errors = {d.schedule for d in result.errors}
     assert errors == {"Third", "fourth", "fifth", "seventh"}
     # the warnings (DST gap and fold, no owner, timeout longer than the interval) of each copy
@@ -547,7 +549,8 @@ def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
 
 def test_a_value_of_another_type_is_another_table(tmp_path):
     # 1 == True in Python: a remembered `max_attempts = 1` must not let `true` pass
-    text = GOOD + "max_attempts = 1\n" + with_line(GOOD, "[job]", "[job2]") + "max_attempts = true\n"
+    twin = with_line(GOOD, "[job]", "[job2]")
+    text = GOOD + "max_attempts = 1\n" + twin + "max_attempts = true\n"
     result = load(tmp_path, text)
     assert only(result.errors).schedule == "job2"
     assert "'max_attempts' must be an integer" in only(result.errors).message

@@ -14,20 +14,19 @@ Rules (SPEC §2, §3; docs/schedules.md is the reference):
 - warnings: a deprecated zone alias, a fixed local time in a DST gap or fold in the coming
   year, ``timeout`` longer than the interval with ``overlap = "allow"``, no ``owner``.
 
-Checks that depend only on the cron expression, zone and ``now`` are cached: a directory of
-10,000 schedules shares a few hundred of them.
+Checks of when a schedule fires live in :mod:`cronkeeper.spec.timing_checks`, cached per distinct
+value; valid tables are remembered per load (:class:`Memo`).
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import itertools
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
+from cronkeeper.spec import timing_checks as timing
 from cronkeeper.spec import values as v
 from cronkeeper.spec.diagnostics import Diagnostic, Severity
 from cronkeeper.spec.model import (
@@ -45,15 +44,6 @@ from cronkeeper.spec.model import (
     ScheduleSpec,
     shared_backoff,
 )
-from cronkeeper.timing import (
-    TimingError,
-    deprecated_zone_alias,
-    dst_anomalies,
-    load_zone,
-    make_trigger,
-    parse_cron,
-    zones,
-)
 
 KEYS = (
     "cron", "every", "timezone", "misfire", "catch_up_limit", "overlap", "task", "command",
@@ -64,10 +54,6 @@ _KNOWN_KEYS = frozenset(KEYS)
 BACKOFF_KEYS = ("base", "factor", "max")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_BACKOFF_FACTOR = 100.0
-# How far ahead DST anomalies are looked for, and how many fires measure a cron's interval.
-DST_HORIZON = timedelta(days=366)
-INTERVAL_FIRES = 8
-INTERVAL_HORIZON = timedelta(days=4 * 366)
 
 Report = Callable[[str, tuple[str, ...], Severity], None]
 
@@ -181,7 +167,7 @@ def _check(
     line_of: Callable[..., int],
     spec_needed: bool,
 ) -> tuple[int, ScheduleSpec | None, tuple[Finding, ...]]:
-    """(errors, spec when there is none and it is needed, every finding) of one table."""
+    """(number of errors, the spec if there is no error and it is needed, every finding)."""
     findings: list[Finding] = []
     errors = 0
 
@@ -227,7 +213,7 @@ def _check(
         problem = v.string("cron", cron)
         warnings: tuple[str, ...] = ()
         if problem is None:
-            problem, warnings = _cron_check(cron)
+            problem, warnings = timing.cron_check(cron)
         if problem is not None:
             err(problem, "cron")
         else:
@@ -251,7 +237,7 @@ def _check(
     else:
         problem = v.string("timezone", timezone)
         if problem is None:
-            problem, alias = _zone_check(timezone)
+            problem, alias = timing.zone_check(timezone)
             if alias is not None:
                 warn(f"timezone '{timezone}' is a deprecated alias; use '{alias}'", "timezone")
         if problem is not None:
@@ -342,18 +328,19 @@ def _check(
     # -- timing warnings, once what they need is valid --------------------------------------------
     if zone_ok and (cron_ok or every is not None) and not (cron_ok and every is not None):
         when = cron if cron_ok else None
-        for message in _dst_warnings(when, every, timezone, now):
+        for message in timing.dst_warnings(when, every, timezone, now):
             warn(message, "cron")
-        if overlap is Overlap.ALLOW and (every is not None or timeout > _gap_floor(cron)):
-            interval = every if every is not None else _shortest_gap(cron, now)
+        if overlap is Overlap.ALLOW and (every is not None or timeout > timing.gap_floor(cron)):
+            interval = every if every is not None else timing.shortest_gap(cron, now)
             if interval is not None and timeout > interval:
                 what, key = (
                     (f"'timeout' ({v.shown(table['timeout'])})", "timeout")
                     if "timeout" in table
                     else ("the default timeout (10m)", "overlap")
                 )
+                shown = timing.fmt_interval(interval)
                 warn(f"{what} is longer than the interval between fires "
-                     f"({_fmt_interval(interval)}) with overlap = \"allow\": runs can pile up; "
+                     f"({shown}) with overlap = \"allow\": runs can pile up; "
                      "shorten the timeout or use overlap = \"skip\" or \"serial\"", key)  # fmt: skip
 
     if errors or not spec_needed:
@@ -465,98 +452,3 @@ def _backoff_checked(raw: Any, err: Callable[..., None]) -> Backoff:
         err(f"'backoff.max' ({maximum:g}s) is shorter than 'backoff.base' ({base:g}s)",
             "backoff", "max" if "max" in raw else "base")  # fmt: skip
     return shared_backoff(base, factor, maximum)
-
-
-@functools.lru_cache(maxsize=1 << 17)  # generated sets hold tens of thousands of distinct crons
-def _cron_check(expr: str) -> tuple[str | None, tuple[str, ...]]:
-    """(the error of a cron expression, or None; its warnings)."""
-    try:
-        parsed = parse_cron(expr)
-    except TimingError as exc:
-        return f"cron {v.shown(expr)}: {exc}", ()
-    if parsed.never_fires():
-        return f"cron {v.shown(expr)} can never fire (no date matches it)", ()
-    return None, tuple(f"cron {v.shown(expr)}: {message}" for message in parsed.warnings)
-
-
-@functools.lru_cache(maxsize=1024)
-def _zone_check(name: str) -> tuple[str | None, str | None]:
-    """(error message, canonical name if ``name`` is a deprecated alias)."""
-    try:
-        load_zone(name)
-    except TimingError as exc:
-        return str(exc), None
-    return None, deprecated_zone_alias(name)
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _dst_warnings(
-    cron: str | None, every: float | None, timezone: str, now: datetime
-) -> tuple[str, ...]:
-    """What DST does to a fixed-time cron in the coming year (nothing for ``every``)."""
-    if cron is None:
-        return ()
-    try:
-        expr = parse_cron(cron)  # cached: the hours and fixed_time, without a trigger
-        if not expr.fixed_time:
-            return ()
-        touched = _dst_hours(timezone, now)
-        if not touched or touched.isdisjoint(expr.hours):
-            return ()  # no offset change in the coming year touches an hour this cron names
-        trigger = make_trigger(cron=cron, every=every, timezone=timezone)
-    except TimingError:  # already reported by the checks of cron and timezone
-        return ()
-    return tuple(a.message for a in dst_anomalies(trigger, now, now + DST_HORIZON))
-
-
-@functools.lru_cache(maxsize=512)
-def _dst_hours(timezone: str, now: datetime) -> frozenset[int]:
-    """Local hours of the day that a gap skips or a fold repeats in the coming year: a cheap
-    filter before the exact (and slower) ``dst_anomalies``."""
-    zone = load_zone(timezone)
-    start = int(now.timestamp())
-    end = start + int(DST_HORIZON.total_seconds())
-    hours: set[int] = set()
-    for instant, before, after in zones.transitions(zone, start - 86400, end + 86400):
-        first, last = sorted((instant + before, instant + after))  # local seconds it affects
-        hours.update(h % 24 for h in range(first // 3600, (last - 1) // 3600 + 1))
-    return frozenset(hours)
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _gap_floor(cron: str) -> float:
-    """A lower bound of the time between two fires, from the fields alone: fires that share
-    their second of the minute are at least a minute apart, of the hour an hour, of the day a
-    day (in UTC, where :func:`_shortest_gap` measures). A timeout within it needs no search."""
-    expr = parse_cron(cron)
-    if len(expr.seconds) != 1:
-        return 1.0
-    if len(expr.minutes) != 1:
-        return 60.0
-    return 3600.0 if len(expr.hours) != 1 else 86400.0
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def _shortest_gap(cron: str, now: datetime) -> float | None:
-    """The shortest time between consecutive fires among the next few (None: fewer than two).
-
-    Measured in UTC: the nominal interval of the expression, the same in every zone (a DST
-    change lengthens or shortens one gap a year; that is not what this warning is about).
-    """
-    try:
-        trigger = make_trigger(cron=cron, every=None, timezone="UTC")
-    except TimingError:
-        return None
-    fires = list(itertools.islice(trigger.fires(now, now + INTERVAL_HORIZON), INTERVAL_FIRES))
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
-    return min(gaps) if gaps else None
-
-
-def _fmt_interval(seconds: float) -> str:
-    if seconds % 86400 == 0:
-        return f"{seconds / 86400:g}d"
-    if seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"

@@ -12,9 +12,7 @@ from hypothesis import strategies as st
 from cronkeeper.spec.model import Backoff, Misfire, Overlap, ScheduleSpec, canonical_json
 
 text = st.text(max_size=20)  # any code point: quotes, backslashes, controls, non-ASCII
-seconds = st.one_of(
-    st.floats(min_value=0, max_value=1e9, allow_nan=False), st.integers(0, 10**9)
-)
+seconds = st.one_of(st.floats(min_value=0, max_value=1e9, allow_nan=False), st.integers(0, 10**9))
 payload = st.dictionaries(
     text, st.one_of(st.integers(), st.booleans(), text, st.floats(allow_nan=False,
                     allow_infinity=False), st.lists(st.integers(), max_size=3)), max_size=4

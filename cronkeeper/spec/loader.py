@@ -261,6 +261,7 @@ def _split(files: list[tuple[str, str | None]], parts: int) -> list[list[tuple[s
         done += size
     return chunks
 
+
 _SPECIAL_KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
     (stat.S_ISSOCK, "a socket"),

@@ -1,5 +1,6 @@
--- cronkeeper schema, version 6: fewer index entries written per job (docs/worker.md, "Speed,
--- measured"). Every claim and every ending is a non-HOT update of the job's row (its state is
+-- cronkeeper schema, version 7: fewer index entries written per job (docs/worker.md, "Speed,
+-- measured"). (0006 is taken by the burst work on another branch; 0003 and 0004 are reserved.)
+-- Every claim and every ending is a non-HOT update of the job's row (its state is
 -- in the partial indexes' predicates), so each writes an entry into every index whose
 -- predicate the new row version satisfies; and each attempt row is inserted, then updated.
 

@@ -67,12 +67,15 @@ def register(app: Flask) -> None:
         state = request.args.get("state") or None
         if state and state not in STATE_FILTERS:
             abort(400, f"state must be one of {', '.join(STATE_FILTERS)}")
-        data = pages.schedules(
-            c.engine, c.cache, owner=request.args.get("owner") or None, state=state,
-            page=_int("page", 1, 1, 10**6), per_page=_int("per_page", pages.PER_PAGE, 1, 10_000),
-            periods=_int("periods", c.config.periods, 1, MAX_PERIODS))
-        return render_template("schedules.html", **data, owner=request.args.get("owner") or "",
-                               state=state or "", states=STATE_FILTERS)
+        with pages.collector_paused():
+            data = pages.schedules(
+                c.engine, c.cache, owner=request.args.get("owner") or None, state=state,
+                page=_int("page", 1, 1, 10**6),
+                per_page=_int("per_page", pages.PER_PAGE, 1, 10_000),
+                periods=_int("periods", c.config.periods, 1, MAX_PERIODS))
+            return render_template("schedules.html", **data,
+                                   owner=request.args.get("owner") or "", state=state or "",
+                                   states=STATE_FILTERS)
 
     @app.get("/schedules/<name>")
     def schedule_page(name: str):

@@ -20,8 +20,9 @@ them:
 - ``state=missing``, ``state=dead``, ``state=skipped``, ``state=running``, ``state=pending``:
   filters that judge every schedule's last 48 periods, then draw one page;
 - ``owner=``: a filter on the parsed specs;
-- with ``--all-on-one-page``, ``per_page=10000``: all 10,000 rows and 480,000 strip cells in
-  one document (cold once, warm once).
+- ``per_page=1000``: the largest page the server shows (``routes.MAX_PER_PAGE``);
+- with ``--all-on-one-page``, all 10,000 rows and 480,000 strip cells in one document (cold
+  once, warm once), the page limit lifted for the measurement.
 
 It also prints how long ``cronkeeper web`` spends at start warming its cache
 (``VersionsCache.warm``), and the plans (EXPLAIN) of the statements the page runs, to name
@@ -205,6 +206,7 @@ def main() -> None:
                         help="Also render all schedules in one document (minutes, 100+ MB).")
     args = parser.parse_args()
     from cronkeeper.db.engine import redact
+    from cronkeeper.web import routes
     from cronkeeper.web.app import Context, wsgi
     from cronkeeper.web.pages import VersionsCache
     from cronkeeper.web.security import WebConfig
@@ -243,8 +245,11 @@ def main() -> None:
             ("state=pending", "/?state=pending", args.runs),
             ("owner=team-3 (1 in 7)", "/?owner=team-3", args.runs),
         ]
-        if args.all_on_one_page:
-            pages.append((f"all {args.schedules} rows on one page", "/?per_page=10000", 1))
+        pages.append(("1,000 rows (the most a page shows)", "/?per_page=1000", args.runs))
+        if args.all_on_one_page:  # past what the page allows: lifted here to measure the cost
+            routes.MAX_PER_PAGE = args.schedules
+            pages.append((f"all {args.schedules} rows on one page",
+                          f"/?per_page={args.schedules}", 1))
         for label, path, runs in pages:
             cold = timed(client(False), path, 1)
             timed(warmed := client(True), path, 1)  # fills the fire cache

@@ -111,8 +111,11 @@ SELECT w.s, (
 FROM unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
 """
 
-# Dead jobs from the ``outbox_dead`` partial index, running ones from ``outbox_running_lease``'s
-# (each index holds only its state's rows): never a scan of the whole outbox.
+# Dead jobs from the ``outbox_dead`` partial index, running ones from a partial index of the
+# unfinished (``outbox_unfinished_by_schedule`` in the plans seen): never a scan of the whole
+# outbox. The hits are materialized first and each then checked to be its period's first job by
+# one ``outbox_schedule_period`` probe; written as NOT EXISTS, the planner hashed the whole
+# outbox for an anti join instead.
 JOBS_WINDOW_DEAD_RUNNING = """
 WITH hits AS MATERIALIZED (
     SELECT d.id, d.schedule, d.scheduled_for, d.state

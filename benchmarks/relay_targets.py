@@ -1,7 +1,7 @@
 """The RQ, Sidekiq and BullMQ targets for the relay benchmark (benchmarks/relay_throughput.py
 ``--target rq|sidekiq|bullmq``): each target's relay config table, its floor and its cleanup
-(``BENCHES``, in relay_throughput's ``TargetBench`` order), plus Sidekiq's own Ruby client as a
-peer row (``PEERS``),
+(``BENCHES``, in relay_throughput's ``TargetBench`` order), plus a peer row beside the floor
+(``PEERS``: Sidekiq's own Ruby client; RQ's batch path without the outbox),
 against a private redis-server this module starts on a free loopback port (so cleaning up is
 FLUSHALL on a Redis nobody else uses, and nothing else's keys slow it down).
 
@@ -11,7 +11,11 @@ for one-at-a-time publishing, so the ratio is the relay's own cost (claim, mark,
 - RQ: ``Queue.enqueue_call(..., job_id=..., unique=True)`` with the JSON serializer on one reused
   connection (RQ's docs, "Jobs": ``unique=True`` needs an explicit ``job_id``; ``enqueue_many``
   with a pipeline is RQ's bulk form, but RQ ignores the pipeline for unique jobs, so it would not
-  dedupe and is not the same call).
+  dedupe and is not the same call). The relay's RQ target does not call ``enqueue_call``: it
+  sends RQ's own unique-enqueue script for a whole round in one pipeline (``publish_many``), the
+  same writes per job in one round trip per batch instead of two per job. So the relay can beat
+  this floor; a second row, ``rq-batched``, times that batch path alone (the target's
+  ``publish_many``, 100 jobs a call, no outbox), the relay's own ceiling.
 - Sidekiq: what ``Sidekiq::Client#push`` sends (Sidekiq's wiki, "Job Format"): one MULTI/EXEC
   of ``SADD queues`` + ``LPUSH queue:<name>`` per job, through redis-py on one connection. A
   second floor row, ``sidekiq-ruby``, times the real ``Sidekiq::Client.push`` loop in Ruby
@@ -87,6 +91,30 @@ def rq_floor(url: str, queue: str, jobs: list[RelayJob]) -> list[float]:
                        description=job.key)
         acks.append(time.monotonic())
     return acks
+
+
+def rq_batched_rate(url: str, n: int) -> float:
+    """jobs/s of the relay's RQ target alone: ``publish_many`` of 100 jobs a call (the relay's
+    default batch size) in a bare loop, no outbox, claim or mark."""
+    from datetime import UTC, datetime
+
+    from cronkeeper.relay.targets import rq as rq_target
+    from cronkeeper.relay.targets.base import Delivery
+
+    target = rq_target.build("bench", {"kind": "rq", "redis": url})
+    now = datetime.now(UTC)
+    jobs = [RelayJob(i, f"batched-{i}", None, None, "bench.noop", {"i": i}, 1, 5, 60.0, now, now)
+            for i in range(1, n + 1)]
+    delivery = Delivery(queue="bench-batched")
+    try:
+        start = time.monotonic()
+        for i in range(0, n, 100):
+            results = target.publish_many([(job, delivery) for job in jobs[i:i + 100]])
+            assert all(isinstance(r, str) for r in results), results
+        return n / (time.monotonic() - start)
+    finally:
+        target.close()
+        flush(url, "bench-batched")
 
 
 # -- Sidekiq -------------------------------------------------------------------------------------
@@ -168,4 +196,4 @@ BENCHES = {
     "sidekiq": (PRIVATE, sidekiq_table, sidekiq_floor, flush),
     "bullmq": (PRIVATE, bullmq_table, bullmq_floor, flush),
 }
-PEERS = {"sidekiq": ("sidekiq-ruby", sidekiq_ruby_rate)}
+PEERS = {"sidekiq": ("sidekiq-ruby", sidekiq_ruby_rate), "rq": ("rq-batched", rq_batched_rate)}

@@ -68,10 +68,34 @@ def proc_cpu(pid: int) -> float:
         return 0.0
 
 
+def client_ports(pid: int) -> set[int]:
+    """Local TCP ports of a process's sockets, from /proc (its fds' socket inodes, matched in
+    /proc/PID/net/tcp and tcp6): the client ports of its database connections."""
+    inodes = set()
+    try:
+        for fd in os.scandir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd.path)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    except OSError:
+        return set()
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class CpuMeter:
     """CPU seconds spent by the worker processes and by the PostgreSQL backends they connect to
-    (found by client port: needs psutil and a server on this machine), sampled while they run
-    (a process's counters vanish when it exits, so the last sample counts)."""
+    (found by client port, read from /proc: the server must run on this machine and its
+    processes' /proc/PID/stat be readable, as they are for root or the postgres user), sampled
+    while they run (a process's counters vanish when it exits, so the last sample counts)."""
 
     def __init__(self, procs: list[subprocess.Popen]) -> None:
         self.procs = procs
@@ -79,19 +103,13 @@ class CpuMeter:
         self.backends: set[int] = set()
 
     def sample(self, conn: psycopg.Connection) -> None:
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover
-            psutil = None
-        if psutil is not None:
-            ports = set()
-            for p in self.procs:
-                with contextlib.suppress(psutil.Error):
-                    ports.update(c.laddr.port for c in psutil.Process(p.pid).net_connections("tcp"))
-            if ports:
-                rows = conn.execute("SELECT pid, client_port FROM pg_stat_activity "
-                                    "WHERE client_port = ANY(%s)", (list(ports),)).fetchall()
-                self.backends.update(pid for pid, _ in rows)
+        ports: set[int] = set()
+        for p in self.procs:
+            ports |= client_ports(p.pid)
+        if ports:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)"
+                                " AND client_addr IS NOT NULL", (list(ports),)).fetchall()
+            self.backends.update(pid for (pid,) in rows)
         for pid in [p.pid for p in self.procs] + list(self.backends):
             value = proc_cpu(pid)
             if value:

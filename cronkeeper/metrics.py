@@ -6,8 +6,9 @@ Two sources:
 - the database, read on each scrape by ``DatabaseCollector`` so that every instance reports the
   same truth: outbox depth by state, age of the oldest ready job, dead letters, jobs waiting to
   retry, attempts started (fleet-wide), live instances, schedule digest and tzdata disagreement,
-  last and next fire per schedule, and periods missing in the last hour (the audit, cached for a
-  minute; newly missing periods are also logged at warning).
+  last and next fire per schedule, and periods missing in the last hour (the audit, run in a
+  thread of its own about once a minute, never inside a scrape; newly missing periods are also
+  logged at warning).
 
 Labels are bounded: schedule, owner, outcome, reason, state, kind. Never job ids or error text.
 """
@@ -15,10 +16,11 @@ Labels are bounded: schedule, owner, outcome, reason, state, kind. Never job ids
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -34,7 +36,8 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 1800, 3600
 ATTEMPT_BUCKETS = (1, 2, 3, 4, 5, 7, 10, 20)
 FAILED = frozenset({"retry", "timeout", "lease_expired", "dead", "failed"})
 AUDIT_WINDOW = timedelta(hours=1)
-AUDIT_EVERY = 60.0  # seconds between audits of the last hour
+AUDIT_EVERY = 60.0  # seconds from the end of one audit of the last hour to the next
+AUDIT_CHUNK = 1_000  # schedules whose periods one audit statement reads
 
 
 class Metrics:
@@ -55,12 +58,14 @@ class Metrics:
         self.skew = Gauge("cronkeeper_clock_skew_seconds", "Database clock minus this host's "
                           "clock, at the last instance heartbeat.", registry=r)
         # the leader's decisions
-        self.fires = Counter("cronkeeper_fires", "Periods decided by this instance as leader, by "
-                             "outcome (emitted|skipped) and reason.",
-                             ["schedule", "owner", "outcome", "reason"], registry=r)
+        self.fires = _FireCounts()
+        r.register(self.fires)
+        # Histograms carry no schedule label: 16 series per schedule would be about 4 KiB of
+        # daemon memory per schedule (440 MiB at 100,000) and a scrape of millions of lines.
+        # Per-schedule detail is in the counters, the gauges and `history`.
         self.fire_lag = Histogram("cronkeeper_fire_lag_seconds", "Decision time minus the "
-                                  "period's nominal instant, for emitted periods.",
-                                  ["schedule"], buckets=LAG_BUCKETS, registry=r)
+                                  "period's nominal instant, for emitted periods, by owner.",
+                                  ["owner"], buckets=LAG_BUCKETS, registry=r)
         # the worker's job events
         self.jobs_started = Counter("cronkeeper_jobs_started", "Job attempts started by this "
                                     "worker.", ["schedule", "owner"], registry=r)
@@ -71,11 +76,11 @@ class Metrics:
                                     "timeout, lease_expired, dead).",
                                     ["schedule", "owner", "outcome"], registry=r)
         self.job_duration = Histogram("cronkeeper_job_duration_seconds", "Run time of one job "
-                                      "attempt.", ["schedule", "outcome"],
+                                      "attempt, by owner and outcome.", ["owner", "outcome"],
                                       buckets=DURATION_BUCKETS, registry=r)
         self.job_attempts = Histogram("cronkeeper_job_attempts", "Attempts a job took, observed "
                                       "when it finished for good (succeeded or dead).",
-                                      ["schedule"], buckets=ATTEMPT_BUCKETS, registry=r)
+                                      buckets=ATTEMPT_BUCKETS, registry=r)
         self.jobs_running = Gauge("cronkeeper_jobs_running", "Jobs this worker is running now.",
                                   registry=r)
         # the relay (SPEC §11)
@@ -108,13 +113,18 @@ class Metrics:
             self._owners = {s.name: s.owner or "" for s in schedules.specs}
             self._owners_of = schedules
         now = report.now
+        owners = self._owners
+        counts: dict[tuple[str, str, str, str], int] = {}
         for schedule, decision, _job_id in report.decisions:
             outcome = str(decision.outcome)
             reason = str(decision.reason) if decision.reason is not None else ""
-            self.fires.labels(schedule, self._owners.get(schedule, ""), outcome, reason).inc()
+            owner = owners.get(schedule, "")
+            key = (schedule, owner, outcome, reason)
+            counts[key] = counts.get(key, 0) + 1
             if outcome == "emitted":
                 lag = (now - decision.scheduled_for).total_seconds()
-                self.fire_lag.labels(schedule).observe(max(lag, 0.0))
+                self.fire_lag.labels(owner).observe(max(lag, 0.0))
+        self.fires.add(counts)
 
     # -- the worker ----------------------------------------------------------------------------
     def job_started(self, schedule: str | None, owner: str | None) -> None:
@@ -131,11 +141,11 @@ class Metrics:
         s, o = schedule or "", owner or ""
         self.jobs_running.dec()
         self.jobs_finished.labels(s, o, outcome).inc()
-        self.job_duration.labels(s, outcome).observe(max(duration_seconds, 0.0))
+        self.job_duration.labels(o, outcome).observe(max(duration_seconds, 0.0))
         if outcome in FAILED:
             self.job_failures.labels(s, o, outcome).inc()
         if final if final is not None else outcome in ("succeeded", "dead"):
-            self.job_attempts.labels(s).observe(attempt)
+            self.job_attempts.observe(attempt)
 
 
     # -- the relay ---------------------------------------------------------------------------
@@ -149,7 +159,40 @@ class Metrics:
     def relay_settled(self, schedule: str | None, attempts: int) -> None:
         """A relayed job is done with as far as cronkeeper runs it (published, or dead): its
         attempts go to the same histogram as a worker's jobs (the fourth of the four numbers)."""
-        self.job_attempts.labels(schedule or "").observe(attempts)
+        self.job_attempts.observe(attempts)
+
+
+class _FireCounts(Collector):
+    """``cronkeeper_fires_total{schedule, owner, outcome, reason}`` as plain counts. A
+    prometheus_client Counter keeps an object per label set (about 630 B each) and costs about
+    8 us the first time a label set is seen: at 100,000 schedules, 63 MiB and 0.8 s of the
+    leader's CPU in the first burst. A dict entry is a fraction of both, and a tick adds its
+    counts under one lock."""
+
+    NAME = "cronkeeper_fires"
+    HELP = "Periods decided by this instance as leader, by outcome (emitted|skipped) and reason."
+    LABELS = ("schedule", "owner", "outcome", "reason")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str, str], int] = {}
+
+    def add(self, counts: dict[tuple[str, str, str, str], int]) -> None:
+        with self._lock:
+            mine = self._counts
+            for key, n in counts.items():
+                mine[key] = mine.get(key, 0) + n
+
+    def describe(self) -> Iterable:
+        return [CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)]
+
+    def collect(self) -> Iterable:
+        family = CounterMetricFamily(self.NAME, self.HELP, labels=self.LABELS)
+        with self._lock:
+            items = list(self._counts.items())
+        for key, n in items:
+            family.add_metric(key, n)
+        return [family]
 
 
 class NullMetrics(Metrics):
@@ -171,6 +214,15 @@ class NullMetrics(Metrics):
     def relay_settled(self, schedule: str | None, attempts: int) -> None: ...
 
 
+class _Current(NamedTuple):
+    """What a scrape keeps of a schedule in force."""
+
+    version_id: int
+    owner: str
+    active_from: datetime
+    trigger: Any
+
+
 class DatabaseCollector(Collector):
     """Queue and fleet figures read from the database on each scrape (a few index scans)."""
 
@@ -182,8 +234,14 @@ class DatabaseCollector(Collector):
         self.live_within = live_within
         self._lock = threading.Lock()
         self._audit_at = -1e18
+        self._auditing = False
+        self.audited = threading.Event()  # set once an audit has finished: counts are known
         self._missing: dict[tuple[str, str], int] = {}
         self._logged: set[tuple[str, str]] = set()
+        self._versions_stamp: tuple[int, int] | None = None
+        self._current: dict[str, _Current] = {}
+        self._next: dict[str, tuple[datetime, int, datetime | None]] = {}
+        self._warned: set[str] = set()
 
     def describe(self) -> Iterable:
         return []  # collected lazily: never query the database at registration
@@ -239,7 +297,7 @@ class DatabaseCollector(Collector):
                                        "the whole fleet (the attempts table's highest id).")
         attempts.add_metric([], dba.attempts_high_water(conn))
         return [up, depth, oldest, ready, retrying, dead, attempts,
-                *self._fleet(conn), *self._schedules(conn, now)]
+                *self._fleet(conn), *self._schedules(conn)]
 
     def _fleet(self, conn: Any) -> list:
         from cronkeeper.db import audit as dba
@@ -259,15 +317,10 @@ class DatabaseCollector(Collector):
         tzdata.add_metric([], len({i["tzdata_version"] for i in live}))
         return [instances, digests, tzdata]
 
-    def _schedules(self, conn: Any, now: datetime) -> list:
-        from cronkeeper.audit import versions_from_rows
+    def _schedules(self, conn: Any) -> list:
         from cronkeeper.db import audit as dba
 
-        try:
-            versions = versions_from_rows(dba.versions_all(conn))
-        except ValueError:
-            versions = {}
-        current = {n: v for n, v in versions.items() if v[-1].spec is not None}
+        current = self._current_cached(conn)
         last = dba.periods_latest(conn, list(current))
         emitted = dba.periods_last_emitted(conn, list(current))
         last_fire = GaugeMetricFamily("cronkeeper_schedule_last_fire_timestamp_seconds",
@@ -278,59 +331,142 @@ class DatabaseCollector(Collector):
             "Nominal instant of the schedule's next undecided period (in the past: overdue, no "
             "leader is deciding).", labels=["schedule", "owner"])
 
-        for name, vs in current.items():
-            spec, owner = vs[-1].spec, vs[-1].spec.owner or ""
+        known = self._next
+        for name, (version_id, owner, active_from, trigger) in current.items():
             if name in emitted:
                 last_fire.add_metric([name, owner], emitted[name].timestamp())
-            after = max(vs[-1].active_from, last[name][0]) if name in last else vs[-1].active_from
-            upcoming = spec.trigger().next_fire(after)
+            after = max(active_from, last[name][0]) if name in last else active_from
+            cached = known.get(name)
+            if cached is not None and cached[0] == after and cached[1] == version_id:
+                upcoming = cached[2]  # nothing decided since the last scrape: same next fire
+            else:
+                upcoming = trigger.next_fire(after)
+                known[name] = (after, version_id, upcoming)
             if upcoming is not None:
                 next_fire.add_metric([name, owner], upcoming.timestamp())
         families = [last_fire, next_fire]
         if self.audit:
-            families.append(self._missing_family(conn, versions, now))
+            families.append(self._missing_family(current))
         return families
 
-    def _missing_family(self, conn: Any, versions: dict, now: datetime) -> GaugeMetricFamily:
-        from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
+    def _current_cached(self, conn: Any) -> dict[str, _Current]:
+        """Each schedule in force: (version id, owner, active_from, trigger), read again only
+        when a version was recorded since (versions are only appended). Parsing every stored
+        spec was most of a scrape's cost; this keeps about 200 B per schedule (triggers are
+        shared), not the parsed specs (1.4 KiB each)."""
         from cronkeeper.db import audit as dba
+        from cronkeeper.db import dashboard as dbd
+        from cronkeeper.spec.model import read_stored_version
 
+        stamp = dbd.versions_stamp(conn)
         with self._lock:
-            if clock.monotonic() - self._audit_at >= AUDIT_EVERY:
-                since = now - AUDIT_WINDOW
-                missing: dict[tuple[str, str], int] = {}
-                for name, vs in versions.items():
-                    if not in_window(vs, since, now):
-                        continue
-                    records = records_from_rows(dba.periods_range(conn, name, since, now))
-                    rows, summary = audit_schedule(name, vs, records, since=since, until=now,
-                                                   now=now)
-                    missing[(name, summary.owner or "")] = summary.missing
-                    for row in rows:
-                        key = (name, row.scheduled_for)
-                        if row.status == Status.MISSING and key not in self._logged:
-                            self._logged.add(key)
-                            log.warning(
-                                "period missing: %s due at %s has no recorded outcome", name,
-                                row.scheduled_for,
-                                extra={"action": "period_missing", "schedule": name,
-                                       "scheduled_for": row.scheduled_for,
-                                       "owner": summary.owner},
-                            )
-                self._missing = missing
-                self._audit_at = clock.monotonic()
-                if len(self._logged) > 100_000:
-                    self._logged.clear()
+            if stamp == self._versions_stamp:
+                return self._current
+        current: dict[str, _Current] = {}
+        for version_id, name, data, active_from in dba.versions_current(conn):
+            if data is None:
+                continue  # removed
+            try:
+                spec, trigger = read_stored_version(name, version_id, data)
+            except ValueError as exc:  # a row someone else wrote: that schedule only
+                self._warn_once(str(exc))
+                continue
+            current[name] = _Current(version_id, sys.intern(spec.owner or ""), active_from, trigger)
+        with self._lock:
+            self._current, self._versions_stamp = current, stamp
+            self._next = {n: v for n, v in self._next.items() if n in current}
+        return current
+
+    def _parsed(self, rows: list) -> Iterable[tuple[str, list]]:
+        """(schedule, versions) of version rows ordered by schedule; a schedule with a row that
+        cannot be read is left out (warned once), not the whole audit."""
+        from itertools import groupby
+
+        from cronkeeper.audit import versions_from_rows
+
+        for name, group in groupby(rows, key=lambda row: row[1]):
+            try:
+                yield name, versions_from_rows(group)[name]
+            except ValueError as exc:
+                self._warn_once(str(exc))
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("metrics: %s", message, extra={"action": "metrics_version_unreadable"})
+
+    def _missing_family(self, current: dict[str, _Current]) -> GaugeMetricFamily:
+        """The last audit's missing counts. The audit itself runs in a thread of its own, at
+        most every AUDIT_EVERY seconds after the previous one ended, never inside a scrape: at
+        10,000 schedules it takes longer than Prometheus waits for a scrape. Until the first
+        audit has finished the family is empty (unknown), never a reassuring 0."""
+        with self._lock:
+            if not self._auditing and clock.monotonic() - self._audit_at >= AUDIT_EVERY:
+                self._auditing = True
+                threading.Thread(target=self._audit, daemon=True, name="metrics-audit").start()
+            found, audited = dict(self._missing), self.audited.is_set()
         family = GaugeMetricFamily("cronkeeper_periods_missing", "Periods of the last hour due "
                                    "beyond grace with no recorded outcome (the history audit).",
                                    labels=["schedule", "owner"])
-        found = dict(self._missing)
-        for name, vs in versions.items():  # schedules in force and not audited yet: 0
-            if vs[-1].spec is not None:
-                found.setdefault((name, vs[-1].spec.owner or ""), 0)
+        if audited:
+            for name, entry in current.items():  # in force, not in the audited window: 0
+                found.setdefault((name, entry.owner), 0)
         for (name, owner), n in sorted(found.items()):
             family.add_metric([name, owner], n)
         return family
+
+    def _audit(self) -> None:
+        """Audit the last hour of every schedule (``history``'s rules), AUDIT_CHUNK schedules
+        at a time (their versions parsed, their periods read in one statement, then let go),
+        and log each newly missing period at warning."""
+        from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
+        from cronkeeper.db import audit as dba
+
+        missing: dict[tuple[str, str], int] = {}
+        try:
+            with self.engine.connect() as conn:
+                now = dba.session_utc(conn)
+                since = now - AUDIT_WINDOW
+                names = [row[1] for row in dba.versions_current(conn)]
+                for i in range(0, len(names), AUDIT_CHUNK):
+                    chunk = names[i:i + AUDIT_CHUNK]
+                    versions = {}
+                    for name, vs in self._parsed(dba.versions_all(conn, chunk)):
+                        if in_window(vs, since, now):
+                            versions[name] = vs
+                    rows_of = dba.periods_range_many(conn, list(versions), since, now)
+                    for name, vs in versions.items():
+                        rows, summary = audit_schedule(
+                            name, vs, records_from_rows(rows_of[name]), since=since, until=now,
+                            now=now)  # fmt: skip
+                        missing[(name, summary.owner or "")] = summary.missing
+                        if summary.missing:
+                            self._log_missing(name, summary.owner, rows, Status.MISSING)
+                conn.rollback()
+        except Exception as exc:  # noqa: BLE001 - the next attempt comes AUDIT_EVERY later
+            log.warning("metrics: audit of the last hour failed: %s: %s", type(exc).__name__, exc,
+                        extra={"action": "metrics_audit_failed"})
+            with self._lock:
+                self._auditing, self._audit_at = False, clock.monotonic()
+            return
+        with self._lock:
+            self._missing = missing
+            self._auditing, self._audit_at = False, clock.monotonic()
+            if len(self._logged) > 100_000:
+                self._logged.clear()
+        self.audited.set()
+
+    def _log_missing(self, name: str, owner: str | None, rows: list, status: Any) -> None:
+        for row in rows:
+            key = (name, row.scheduled_for)
+            if row.status == status and key not in self._logged:
+                self._logged.add(key)
+                log.warning(
+                    "period missing: %s due at %s has no recorded outcome", name,
+                    row.scheduled_for,
+                    extra={"action": "period_missing", "schedule": name,
+                           "scheduled_for": row.scheduled_for, "owner": owner},
+                )
 
 
 _current: Metrics | None = None

@@ -108,6 +108,8 @@ def test_beat_schedule_converted_and_valid(shop) -> None:
     assert doc["cache-warm"]["every"] == "5m" and doc["seconds"]["every"] == "90s"
     assert doc["interval-object"]["every"] == "1h"
     assert all(d["owner"] == "shop" for d in doc.values())
+    # no result backend: the relay cannot learn that a run finished, so beat's way is kept
+    assert all(d["overlap"] == "allow" for d in doc.values())
 
 
 def test_refusals_and_warnings_name_the_entry_and_the_reason(shop) -> None:
@@ -167,8 +169,40 @@ def test_django_style_settings_through_the_app_config(tmp_path) -> None:
     done = cli("import", "celery-beat", "proj:app", "--misfire", "skip", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert tomllib.loads(done.stdout)["purge"] | {} == {
-        "cron": "0 4 * * *", "timezone": "Europe/Paris", "misfire": "skip", "task": "app.purge",
-        "description": "Celery beat entry 'purge'"}
+        "cron": "0 4 * * *", "timezone": "Europe/Paris", "misfire": "skip", "overlap": "allow",
+        "task": "app.purge", "description": "Celery beat entry 'purge'"}
+
+
+def test_overlap_follows_whether_the_app_stores_results(tmp_path) -> None:
+    """With a result backend the relay learns when a run finished, so cronkeeper's default
+    overlap = "skip" is kept; a task that ignores its result (task or app setting) gets beat's
+    "allow", with a comment saying why. Reading the configuration connects to nothing."""
+    write_module(tmp_path, "stored", '''
+        from celery import Celery
+        app = Celery("s", broker="memory://", backend="redis://127.0.0.1:1/0")
+
+        @app.task(name="s.quiet", ignore_result=True)
+        def quiet():
+            pass
+
+        app.conf.beat_schedule = {"kept": {"task": "s.kept", "schedule": 60},
+                                  "quiet": {"task": "s.quiet", "schedule": 60}}
+    ''')
+    done = cli("import", "celery-beat", "stored:app", "--misfire", "skip", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    doc = tomllib.loads(done.stdout)
+    assert "overlap" not in doc["kept"] and doc["quiet"]["overlap"] == "allow"
+    why = done.stdout.split('["quiet"]')[0].rsplit("\n# Celery beat entry", 1)[1]
+    assert "no result is stored for this task" in why
+    write_module(tmp_path, "ignoring", '''
+        from celery import Celery
+        app = Celery("i", broker="memory://", backend="redis://127.0.0.1:1/0")
+        app.conf.task_ignore_result = True
+        app.conf.beat_schedule = {"t": {"task": "i.t", "schedule": 60}}
+    ''')
+    done = cli("import", "celery-beat", "ignoring:app", "--misfire", "skip", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert tomllib.loads(done.stdout)["t"]["overlap"] == "allow"
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ database collector's queue and fleet figures on a real, seeded database."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -42,8 +43,8 @@ def test_leader_tick_and_skew():
                  reason="") == 1
     assert value(reg, "cronkeeper_fires_total", schedule="a", owner="team-a", outcome="skipped",
                  reason="misfire") == 1
-    assert value(reg, "cronkeeper_fire_lag_seconds_sum", schedule="a") == 0.5
-    assert value(reg, "cronkeeper_fire_lag_seconds_count", schedule="a") == 1
+    assert value(reg, "cronkeeper_fire_lag_seconds_sum", owner="team-a") == 0.5
+    assert value(reg, "cronkeeper_fire_lag_seconds_count", owner="team-a") == 1
     x.set_leader(False, 4)
     assert value(reg, "cronkeeper_leader") == 0
 
@@ -62,9 +63,28 @@ def test_worker_job_events():
                  outcome="retry") == 1
     assert value(reg, "cronkeeper_jobs_finished_total", schedule="a", owner="team-a",
                  outcome="succeeded") == 1
-    assert value(reg, "cronkeeper_job_duration_seconds_count", schedule="a", outcome="retry") == 1
-    assert value(reg, "cronkeeper_job_attempts_sum", schedule="a") == 2  # observed once, final
-    assert value(reg, "cronkeeper_job_attempts_count", schedule="a") == 1
+    assert value(reg, "cronkeeper_job_duration_seconds_count", owner="team-a", outcome="retry") == 1
+    assert value(reg, "cronkeeper_job_duration_seconds_sum", owner="team-a", outcome="retry") == 2.0
+    assert value(reg, "cronkeeper_job_attempts_sum") == 2  # observed once, final
+    assert value(reg, "cronkeeper_job_attempts_count") == 1
+
+
+def test_histograms_stay_bounded_as_schedules_grow():
+    """10,000 schedules of two owners: the histograms hold series per owner, never per schedule
+    (per schedule they would be 16 series each); the counters keep the schedule."""
+    reg = CollectorRegistry()
+    x = m.Metrics(reg)
+    specs = tuple(spec(f"s{i}", owner=f"team-{i % 2}") for i in range(10_000))
+    report = SimpleNamespace(now=T + timedelta(seconds=0.25), decisions=[
+        (f"s{i}", Decision(T, Outcome.EMITTED), i) for i in range(10_000)])
+    x.observe_tick(report, ScheduleSet(specs))
+    families = {f.name: f for f in reg.collect()}
+    lag = [s for s in families["cronkeeper_fire_lag_seconds"].samples]
+    assert {s.labels.get("owner") for s in lag} == {"team-0", "team-1"}
+    assert len(lag) == 2 * (len(m.LAG_BUCKETS) + 1 + 3)  # buckets, +Inf, count, sum, created
+    assert value(reg, "cronkeeper_fire_lag_seconds_count", owner="team-1") == 5_000
+    fires = [s for s in families["cronkeeper_fires"].samples if s.name.endswith("_total")]
+    assert len(fires) == 10_000
 
 
 def test_null_metrics_when_not_serving():
@@ -94,7 +114,7 @@ def test_database_collector(engine, cluster):
             "schedules_digest, tzdata_version) VALUES (:c, 'x', 'scheduler', 'h', 1, 'v', 'd1', "
             "'2025b'), (:c, 'y', 'scheduler', 'h', 2, 'v', 'd2', '2025b')"), {"c": cluster})
     reg = CollectorRegistry()
-    reg.register(m.DatabaseCollector(engine, cluster))
+    reg.register(col := m.DatabaseCollector(engine, cluster))
     assert value(reg, "cronkeeper_database_up") == 1
     assert value(reg, "cronkeeper_outbox_jobs", state="available") == 2
     assert value(reg, "cronkeeper_outbox_jobs", state="dead") == 1
@@ -107,6 +127,8 @@ def test_database_collector(engine, cluster):
     assert value(reg, "cronkeeper_schedule_digests", kind="scheduler") == 2
     assert value(reg, "cronkeeper_tzdata_versions") == 1
     assert value(reg, "cronkeeper_instances", kind="scheduler") == 2
+    # the audit runs beside the scrape, never in it: unknown (absent) until it has finished
+    assert col.audited.wait(timeout=60)
     assert value(reg, "cronkeeper_periods_missing", schedule="a", owner="team-a") >= 1
     last = value(reg, "cronkeeper_schedule_last_fire_timestamp_seconds", schedule="a",
                  owner="team-a")
@@ -121,3 +143,52 @@ def test_collector_survives_a_missing_database():
     reg = CollectorRegistry()
     reg.register(m.DatabaseCollector(bad, "c"))
     assert value(reg, "cronkeeper_database_up") == 0
+
+
+def test_a_slow_audit_never_holds_a_scrape(engine, cluster):
+    """The audit of the last hour runs beside the scrape: while it is still running, scrapes
+    answer at once, without the missing counts (unknown, not 0), and only one audit runs."""
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('a', 'd', CAST(:j AS jsonb), now() - interval '10 minutes', 1)"),
+            {"j": json.dumps(spec("a").to_json())})
+    release = threading.Event()
+    started = []
+
+    class Slow(m.DatabaseCollector):
+        def _audit(self):
+            started.append(1)
+            release.wait(60)
+            super()._audit()
+
+    reg = CollectorRegistry()
+    reg.register(col := Slow(engine, cluster))
+    for _ in range(3):
+        assert value(reg, "cronkeeper_database_up") == 1
+        assert value(reg, "cronkeeper_periods_missing", schedule="a", owner="team-a") is None
+    assert len(started) == 1
+    release.set()
+    assert col.audited.wait(timeout=60)
+    assert value(reg, "cronkeeper_periods_missing", schedule="a", owner="team-a") >= 9
+
+
+def test_an_unreadable_version_costs_only_its_own_schedule(engine, cluster, caplog):
+    """A schedule_versions row someone else wrote that cannot be read: that schedule has no
+    next fire and no audit (warned once); every other schedule's figures are still there."""
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('a', 'd', CAST(:j AS jsonb), now() - interval '10 minutes', 1), "
+            "('b', 'd', '{\"every\": \"soon\"}', now() - interval '10 minutes', 1)"),
+            {"j": json.dumps(spec("a").to_json())})
+    reg = CollectorRegistry()
+    reg.register(col := m.DatabaseCollector(engine, cluster))
+    names = {s.labels.get("schedule") for f in reg.collect() for s in f.samples
+             if f.name == "cronkeeper_schedule_next_fire_timestamp_seconds"}
+    assert names == {"a"}
+    assert col.audited.wait(timeout=60)
+    assert value(reg, "cronkeeper_periods_missing", schedule="a", owner="team-a") >= 9
+    assert value(reg, "cronkeeper_periods_missing", schedule="b", owner="") is None
+    warned = [r.getMessage() for r in caplog.records if "'b'" in r.getMessage()]
+    assert len(warned) == 1 and "stored version" in warned[0], warned

@@ -32,6 +32,7 @@ value = st.one_of(scalar, array, inline)
 line = st.one_of(
     st.tuples(key, value).map(lambda kv: f"{kv[0]} = {kv[1]}"),
     key.map(lambda k: f"[{k}]"),
+    key.map(lambda k: f"  [{k}] # indented: read line by line"),
     st.sampled_from(["", "# comment", "  ", "[a.b]", "a.b = 1", 'x = """\nmulti\n"""', "[[t]]"]),
 )
 document = st.lists(line, max_size=12).map("\n".join)
@@ -47,13 +48,24 @@ def test_fast_reader_agrees_with_tomllib(text):
         assert fast is None  # an invalid file is always left to tomllib, which reports it
         return
     if fast is not None:
-        assert fast[0] == expected
+        doc, lines = fast
+        assert doc == expected
+        index = LineIndex(text)  # the scanner for files outside the subset: same lines
+        for name, table in doc.items():
+            assert lines.line(name) == index.line(name)
+            for k in table if isinstance(table, dict) else ():
+                assert lines.line(name, k, "x") == index.line(name, k, "x"), (name, k)
 
 
 def test_fast_reader_records_lines_and_leaves_the_rest_to_tomllib():
-    doc, lines = fasttoml.parse('# c\n[job]\ncron = "x"\nbackoff = { base = "1s" }\n')
-    assert doc == {"job": {"cron": "x", "backoff": {"base": "1s"}}}
-    assert lines == {("job",): 2, ("job", "cron"): 3, ("job", "backoff"): 4}
+    text = '# c\n[job]\ncron = "x"\n\nbackoff = { base = "1s" }\n[next]\nx = 1\n'
+    doc, lines = fasttoml.parse(text)
+    assert doc == {"job": {"cron": "x", "backoff": {"base": "1s"}}, "next": {"x": 1}}
+    full = LineIndex(text)  # the scanner used for files outside the subset agrees
+    for path, line in [(("job",), 2), (("job", "cron"), 3), (("job", "backoff"), 5),
+                       (("job", "backoff", "base"), 5), (("job", "x"), 2), (("next", "x"), 7),
+                       (("nowhere",), 1)]:  # fmt: skip
+        assert lines.line(*path) == full.line(*path) == line, path
     for outside in ['[a]\nx = """\nm\n"""\n', "[a.b]\n", "[a]\nx = 2026-01-01\n", '[a]\nx = "\\n"\n',
                     "[a]\nx = 1\nx = 2\n", "[a]\n[a]\n", "[a]\nx = [\n1]\n"]:  # fmt: skip
         assert fasttoml.parse(outside) is None, outside

@@ -497,3 +497,90 @@ def test_render_escapes_control_characters():
     d = Diagnostic("a\x1b.toml", 3, "x\x1b[2J", "bad \x07 thing")
     assert d.render() == "a\\x1b.toml:3: schedule 'x\\x1b[2J': bad \\x07 thing"
     assert Diagnostic("dir", 0, None, "m").render() == "dir: m"
+
+
+# -- repeated tables: a table checked once is remembered, never trusted blindly -----------------
+
+
+def _twins(body: str, names_tasks: list[tuple[str, str, str]]) -> str:
+    """Tables with one body, each under its own name, task and description lines."""
+    return "".join(f"[{name}]\n{task}\n{description}\n{body}\n"
+                   for name, task, description in names_tasks)  # fmt: skip
+
+
+def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
+    body = ('cron = "30 2 * * *"\ntimezone = "Europe/Berlin"\nmisfire = "skip"\n'
+            'overlap = "allow"\ntimeout = "2d"\npayload = { n = 1 }')  # fmt: skip
+    text = _twins(body, [
+        ("first", 'task = "pkg.mod:one"', 'description = "d1"'),
+        ("second", 'task = "pkg.mod:two"', ""),
+        ("Third", 'task = "pkg.mod:three"', ""),  # an invalid name: an error, not a copy
+        ("fourth", 'task = "not a task!"', ""),  # an invalid task
+        ("fifth", 'task = "pkg.mod:five"', "description = 5"),  # not a string
+        ("sixth", 'command = ["/bin/true"]', ""),  # command instead of task: another table
+        ("seventh", 'task = "pkg.mod:seven"\ncommand = ["/bin/true"]', ""),  # both: an error
+    ])  # fmt: skip
+    result = load(tmp_path, text)
+    from cronkeeper.spec.fasttoml import parse
+    from cronkeeper.spec.validate import check_schedule
+
+    doc, index = parse(text)
+    expected = []
+    for name, table in doc.items():
+        _, diags = check_schedule(name, table, file=str(tmp_path / "a.toml"), now=NOW,
+                                  line_of=lambda *p, _n=name: index.line(_n, *p))  # fmt: skip
+        expected.extend(diags)
+    by_line = lambda d: d.line  # noqa: E731
+    assert sorted(result.diagnostics, key=by_line) == sorted(expected, key=by_line)
+    errors = {d.schedule for d in result.errors}
+    assert errors == {"Third", "fourth", "fifth", "seventh"}
+    # the warnings (DST gap and fold, no owner, timeout longer than the interval) of each copy
+    # point at its own lines
+    warned = [d for d in result.warnings if d.schedule == "second"]
+    assert len(warned) == 4 and {d.line for d in warned} > {10}, [d.render() for d in warned]
+    specs = result.schedules.by_name()
+    assert set(specs) == {"first", "second", "sixth"}
+    assert (specs["first"].task, specs["first"].description, specs["first"].line) == (
+        "pkg.mod:one", "d1", 1)  # fmt: skip
+    assert (specs["second"].task, specs["second"].description) == ("pkg.mod:two", None)
+    assert specs["second"].line == 10
+    assert specs["second"].payload_json == specs["first"].payload_json == '{"n":1}'
+
+
+def test_a_value_of_another_type_is_another_table(tmp_path):
+    # 1 == True in Python: a remembered `max_attempts = 1` must not let `true` pass
+    twin = with_line(GOOD, "[job]", "[job2]")
+    text = GOOD + "max_attempts = 1\n" + twin + "max_attempts = true\n"
+    result = load(tmp_path, text)
+    assert only(result.errors).schedule == "job2"
+    assert "'max_attempts' must be an integer" in only(result.errors).message
+
+
+def test_files_read_by_several_processes_say_what_one_process_says(tmp_path):
+    from cronkeeper.spec import loader
+
+    bad = with_line(GOOD, 'timezone = "UTC"', 'timezone = "Mars/Olympus"')
+    texts = [GOOD, bad + with_line(GOOD, "[job]", "[other]"), "[job]\nmisfire = 1\n", "x = ["]
+    files = []
+    for i, text in enumerate(texts):  # 'job' defined in three files: duplicates across readers
+        path = tmp_path / f"{i}.toml"
+        path.write_text(text)
+        files.append((str(path), str(tmp_path)))
+    one = loader._load_files(files, NOW, (False, True), readers=1)
+    three = loader._load_files(files, NOW, (False, True), readers=3)
+    assert three == one
+    assert [len(diags) for _, _, diags in one] == [0, 1, 5, 1]  # each file's own problems
+    everything = load_paths([tmp_path], now=NOW, keep_specs=False)
+    assert sum("duplicate schedule name" in d.message for d in everything.errors) == 4
+
+
+def test_without_warnings_the_errors_and_specs_are_the_same(tmp_path):
+    bad = with_line(GOOD, 'timezone = "UTC"', 'timezone = "Mars/Olympus"')
+    text = with_line(GOOD, 'owner = "team-a"\n', "") + with_line(bad, "[job]", "[other]")
+    load(tmp_path, text)
+    full = load_paths([tmp_path], now=NOW)
+    quiet = load_paths([tmp_path], now=NOW, keep_warnings=False)
+    assert [d.render() for d in full.warnings] == [f"{tmp_path / 'a.toml'}:1: schedule 'job': "
+        "no 'owner': nobody will be alerted about its dead letters and missed periods"]  # fmt: skip
+    assert quiet.warnings == [] and quiet.errors == full.errors and len(quiet.errors) == 1
+    assert quiet.schedules == full.schedules and set(quiet.schedules.by_name()) == {"job"}

@@ -83,13 +83,26 @@ def visit(browser, url: str, shot: Path | None = None):
 
 
 def submit(browser, selector: str) -> None:
-    """Click a form's button and wait for the page it leads to (a click does not wait)."""
-    from selenium.webdriver.support import expected_conditions as ec
+    """Click a form's button and wait for the page it leads to (a click does not wait): a new
+    document (its own ``performance.timeOrigin``), fully loaded. Not ``staleness_of`` on the old
+    page's element: asked about a node of a document being replaced, chromedriver may answer
+    "Node with given id does not belong to the document" instead of "stale", which
+    ``staleness_of`` does not catch."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = by_css(browser, "html")[0]
+    before = browser.execute_script("return performance.timeOrigin")
+
+    def arrived(_) -> bool:
+        try:
+            now = browser.execute_script(
+                "return document.readyState === 'complete' ? performance.timeOrigin : null")
+        except WebDriverException:  # the old document is going, the new one not there yet
+            return False
+        return now is not None and now != before
+
     by_css(browser, selector)[0].click()
-    WebDriverWait(browser, 30).until(ec.staleness_of(old))
+    WebDriverWait(browser, 30).until(arrived)
     browser.seen_logs.extend(browser.get_log("browser"))
 
 

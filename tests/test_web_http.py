@@ -248,6 +248,9 @@ def test_state_and_owner_filters(servers):
     assert listed("?owner=team-b&state=missing") == []
     assert listed("?per_page=2&page=2") == everyone[2:]
     assert call(servers["ro"], "GET", "/?state=bogus").status == 400
+    assert listed("?per_page=1000") == everyone  # the most rows a page shows
+    too_many = call(servers["ro"], "GET", "/?per_page=1001")
+    assert too_many.status == 400 and "per_page must be at most 1000" in too_many.text
 
 
 # -- escaping, errors --------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The schedules page's fast paths give the same answers as the slow ones.
 
 - ``audit_states`` (states only, for the state filters) against ``audit_schedule`` (the
-  ``history`` rows), row for row, on generated versions and records;
+  ``history`` rows), row for row, on generated versions and records; ``holds`` (the filters'
+  shortcut) against those rows, and the rows again without the records before ``start``;
 - ``FireCache`` against ``fire_seconds`` as the window slides, jumps back and changes version;
 - on a seeded PostgreSQL: every state filter lists exactly the schedules whose unfiltered
   strip (drawn by the full path) holds that state; a period recorded after a first render
@@ -23,7 +24,7 @@ from cronkeeper.audit import (
     fire_seconds,
     unix,
 )
-from cronkeeper.period_states import audit_states, state_letter
+from cronkeeper.period_states import audit_states, expected_tail, holds, judge, state_letter
 from cronkeeper.spec.model import Misfire, ScheduleSpec
 from cronkeeper.web.fires import FireCache
 from cronkeeper.web.strip import CellState
@@ -77,6 +78,16 @@ def test_audit_states_are_the_audits_rows(kinds, seed, span_hours, last, cached)
     got = audit_states(versions, shuffled, since=since, until=now, now=now, last=last,
                        fires=FireCache() if cached else None)
     assert got == want
+    expected = expected_tail(versions, since=since, until=now, now=now, last=last)
+    for letter in "ESDRPM":  # the filters' shortcut says what the rows say
+        assert holds(expected, letters, letter) == any(c == letter for _, c in want), letter
+    # the records before ``start`` (which the page leaves unread) change no row
+    read = {t: c for t, c in letters.items() if t >= expected.start.timestamp()}
+    assert judge(expected, read) == want
+    if last:  # and the strips, audited from ``start`` on, draw the same last rows
+        tail, _ = audit_schedule("s", versions, [record(t, c) for t, c in sorted(read.items())],
+                                 since=expected.start, until=now, now=now)
+        assert tail[-last:] == rows[-last:]
     if cached:  # the strips' own path, given the cache, draws the same rows
         cache = FireCache()
         for _ in range(2):  # cold, then from what the cache holds

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 
 import handlers_for_tests as h
 import pytest
@@ -117,3 +118,29 @@ def _state_by_key(engine, key):
     with engine.connect() as conn:
         return conn.exec_driver_sql("SELECT state FROM outbox WHERE idempotency_key = %(k)s",
                                     {"k": key}).scalar()
+
+
+def test_a_lost_lease_is_logged_once_per_attempt(engine, schema, runs, database_url):
+    """Another worker takes the job (its lease is now someone else's) while this worker's
+    handler still runs for seconds: the heartbeat keeps failing to extend it, and says so once,
+    not at every heartbeat (three a second here)."""
+    with engine.begin() as conn:
+        job = cronkeeper.enqueue(conn, "count", {"sleep": 4}, key="lost@1", schema=schema, timeout=60)
+    a = spawn_worker(database_url, schema, "--lease-margin", "1", "--instance-id", "A")
+    try:
+        wait_until(lambda: _attempts(engine, job), 20)
+        with engine.begin() as conn:  # the lease passes to B, as after an expiry
+            conn.exec_driver_sql("UPDATE outbox SET leased_by = 'B' WHERE id = %(i)s", {"i": job})
+        time.sleep(2.5)  # six heartbeats or so while the handler sleeps on
+        a.send_signal(signal.SIGTERM)  # a graceful stop waits for the handler to end
+        assert a.wait(30) == 0
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    err = a.stderr.read()
+    lines = [x for x in err.splitlines() if "lease lost: job=" in x]
+    beats = [x for x in lines if f"job={job} key=lost@1 attempt=1 " in x]  # the heartbeat's
+    assert len(beats) == 1, err
+    assert any("handler's transaction rolled back" in x for x in lines), err
+    assert count_runs(engine) == 0  # its completion was refused: the effect rolled back with it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import threading
@@ -68,7 +69,12 @@ def run_command(
 ) -> None:
     """Run the scheduler daemon."""
     logs.configure(log_format, log_level)
-    schedules = load_schedules(schedules_dir)
+    gc.disable()  # the loader makes no cycles; the set it makes lives as long as the process:
+    try:  # frozen, the collector never walks it again (the leader's passes stay short)
+        schedules = load_schedules(schedules_dir)
+    finally:
+        gc.freeze()
+        gc.enable()
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run", wait=True)
     instance_id = instance_id or default_instance_id()
@@ -79,8 +85,8 @@ def run_command(
         options=NodeOptions(leader_timeout=leader_timeout, stall_timeout=stall_timeout),
     )
     log.info(
-        "starting instance %s: %d schedules (digest %s), database %s, schema %s, cluster %s",
-        instance_id, len(schedules.specs), schedules.digest, redact(db.url), schema, cluster,
+        "starting instance %s: %d schedules, database %s, schema %s, cluster %s",
+        instance_id, len(schedules.specs), redact(db.url), schema, cluster,
         extra={"action": "start", "instance": instance_id},
     )
     reload_requested = threading.Event()
@@ -94,10 +100,15 @@ def run_command(
     watchdog = systemd.watchdog_interval()
     next_ping = 0.0
     while thread.is_alive():
-        thread.join(0.2)
-        if not ready and node.connected.is_set():
+        if ready:
+            thread.join(0.2)
+        elif node.connected.wait(0.2):  # READY=1 the moment the node has its connection
             systemd.notify("READY=1\nSTATUS=standby, waiting for leadership")
             ready = True
+            # After READY=1: the set's digest (what instances compare) is 100,000 serialised
+            # specs at that size, and no part of what READY=1 promises.
+            log.info("ready: schedule set digest %s", schedules.digest,
+                     extra={"action": "ready", "instance": instance_id})
         if reload_requested.is_set():
             reload_requested.clear()
             _reload(node, schedules_dir)

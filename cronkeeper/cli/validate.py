@@ -6,6 +6,7 @@ that does not exist). Database-free and fast: imports nothing but the spec and t
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -66,7 +67,15 @@ def validate_command(
         raise click.UsageError(
             "no such file or directory: " + ", ".join(safe(p) for p in missing)
         )
-    result = load_paths(paths, now=clock.wall()) if paths else _empty()
+    # A short process that makes no reference cycles: the collector would only walk, at the
+    # end of loading, the half a million objects 100,000 schedules leave (0.2 s of CPU).
+    gc.disable()
+    # The specs themselves are wanted only to check a relay config's routes against them.
+    result = (
+        load_paths(paths, now=clock.wall(), keep_specs=relay_config is not None)
+        if paths
+        else _empty()
+    )
     if relay_config is not None:
         result = _with_relay_config(result, relay_config, bool(paths))
     click.echo(render_json(result) if fmt == "json" else render_text(result))

@@ -42,7 +42,7 @@ def default_worker_id() -> str:
               help="Module whose @task decorators register handlers (repeatable).")
 @click.option("--concurrency", type=click.IntRange(1, 10000), default=10, show_default=True,
               envvar="CRONKEEPER_WORKER_CONCURRENCY", help="Jobs run at once.")
-@click.option("--batch-size", type=click.IntRange(1, 10000), default=100, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 10000), default=250, show_default=True,
               help="Most jobs claimed per statement.")
 @click.option("--task", "tasks", multiple=True, help="Only jobs of this task (repeatable).")
 @click.option("--schedule", "schedule_names", multiple=True,

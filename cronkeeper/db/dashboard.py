@@ -5,6 +5,8 @@ the same functions as ``status``, ``history``, ``dlq`` and the metrics (``db/aud
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -18,8 +20,13 @@ from cronkeeper.db.audit import raw
 def snapshot_one(conn: sa.Connection | psycopg.Connection) -> None:
     """The rest of this transaction reads one snapshot (REPEATABLE READ, read only): a page
     that reads the same periods twice (a state filter, then the shown strips) sees them
-    once. The first statement of the transaction."""
-    raw(conn).execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    once. The first statement of the transaction. JIT compilation is off for it: the page's
+    statements are index range scans of a tenth of a second, but the planner, which cannot see
+    how many schedules an ``unnest`` of arrays holds, costs them past ``jit_above_cost`` and
+    spent 0.2-0.3 s compiling each (EXPLAIN ANALYZE, docs/web.md)."""
+    db = raw(conn)
+    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    db.execute("SET LOCAL jit = off")
 
 
 def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
@@ -37,7 +44,7 @@ SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reaso
        CASE WHEN p.outcome = 'emitted' THEN
            extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
        o.state, o.attempts
-FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
+FROM unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
 JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
               AND p.scheduled_for <= %(until)s
 LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
@@ -79,32 +86,57 @@ def periods_windows(
     return out
 
 
+# One row per schedule, its periods aggregated by a subquery that walks the schedule's range of
+# ``periods_pkey`` (no hash aggregate over every schedule, nothing spilled to disk). Instants
+# travel packed, as big-endian int8 bytes (``int8send``): the driver hands back one ``bytes``
+# per schedule and ``array`` unpacks it in C. Both aggregates of one subquery see its rows in
+# one order, so the instants and the letters line up.
 PERIODS_WINDOW_STATES = """
-SELECT w.s, array_agg(floor(date_part('epoch', p.scheduled_for))::int8),
-       string_agg(CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, '')
-FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
-              AND p.scheduled_for <= %(until)s
-GROUP BY w.s
+SELECT w.s, x.instants, x.letters
+FROM unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
+CROSS JOIN LATERAL (
+    SELECT string_agg(int8send(floor(date_part('epoch', p.scheduled_for))::int8), ''::bytea)
+               AS instants,
+           string_agg(CASE WHEN p.outcome = 'emitted' THEN 'E' ELSE 'S' END, '') AS letters
+    FROM periods p
+    WHERE p.schedule = w.s AND p.scheduled_for >= w.since AND p.scheduled_for <= %(until)s
+) x
 """
 
 PERIODS_WINDOW_INSTANTS = """
-SELECT w.s, array_agg(floor(date_part('epoch', p.scheduled_for))::int8)
-FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-JOIN periods p ON p.schedule = w.s AND p.scheduled_for >= w.since
-              AND p.scheduled_for <= %(until)s
-GROUP BY w.s
+SELECT w.s, (
+    SELECT string_agg(int8send(floor(date_part('epoch', p.scheduled_for))::int8), ''::bytea)
+    FROM periods p
+    WHERE p.schedule = w.s AND p.scheduled_for >= w.since AND p.scheduled_for <= %(until)s)
+FROM unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
 """
 
+# Dead jobs from the ``outbox_dead`` partial index, running ones from a partial index of the
+# unfinished (``outbox_unfinished_by_schedule`` in the plans seen): never a scan of the whole
+# outbox. The hits are materialized first and each then checked to be its period's first job by
+# one ``outbox_schedule_period`` probe; written as NOT EXISTS, the planner hashed the whole
+# outbox for an anti join instead.
 JOBS_WINDOW_DEAD_RUNNING = """
-SELECT d.schedule, floor(extract(epoch FROM d.scheduled_for))::int8, d.state
-FROM unnest(%(names)s::text[], %(sinces)s::timestamptz[]) AS w(s, since)
-JOIN outbox d ON d.schedule = w.s AND d.scheduled_for >= w.since
-             AND d.scheduled_for <= %(until)s
-WHERE d.state IN ('dead', 'running')
-  AND NOT EXISTS (SELECT 1 FROM outbox e WHERE e.schedule = d.schedule
-                  AND e.scheduled_for = d.scheduled_for AND e.id < d.id)
+WITH hits AS MATERIALIZED (
+    SELECT d.id, d.schedule, d.scheduled_for, d.state
+    FROM (SELECT id, schedule, scheduled_for, state FROM outbox WHERE state = 'dead'
+          UNION ALL
+          SELECT id, schedule, scheduled_for, state FROM outbox WHERE state = 'running') d
+    JOIN unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
+      ON d.schedule = w.s AND d.scheduled_for >= w.since AND d.scheduled_for <= %(until)s)
+SELECT h.schedule, floor(extract(epoch FROM h.scheduled_for))::int8, h.state
+FROM hits h
+WHERE h.id = (SELECT min(e.id) FROM outbox e
+              WHERE e.schedule = h.schedule AND e.scheduled_for = h.scheduled_for)
 """
+
+
+def _instants(packed: bytes | None) -> array:
+    """Big-endian int8s (``int8send``, concatenated) as an array of ints."""
+    out = array("q", packed or b"")
+    if sys.byteorder == "little":
+        out.byteswap()
+    return out
 
 
 def periods_window_states(
@@ -116,23 +148,24 @@ def periods_window_states(
     E emitted, D or R when the period's job (its first, as ``periods_windows`` joins it) is
     dead or running. Without ``jobs`` emitted periods are all E; without ``outcomes`` every
     period is E (which periods were recorded is all a missing or pending filter needs, and
-    ``periods_pkey`` holds it). For the page's state filters: one row (an array and a string)
-    per schedule, and of the outbox only the dead and running jobs, each checked to be its
-    period's first job through ``outbox_schedule_period``. Over every schedule the windows
-    cover most of the table, and the planner may rightly scan it whole (docs/web.md)."""
+    ``periods_pkey`` holds it: an index-only scan). For the page's state filters: one row
+    per schedule (its instants packed, its letters a string), each a range scan of
+    ``periods_pkey``; of the outbox only the dead and running jobs (their partial indexes),
+    each checked to be its period's first job through ``outbox_schedule_period``."""
     out: dict[str, dict[int, str]] = {name: {} for name, _ in windows}
     if not windows:
         return out
     params = {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
               "until": until}
     db = raw(conn)
-    with db.cursor(binary=True) as cur:  # int8[] arrives as ints, parsed by the driver
-        if outcomes:  # both aggregates see the group's rows in one order: they line up
+    with db.cursor(binary=True) as cur:
+        if outcomes:
             for name, instants, letters in cur.execute(PERIODS_WINDOW_STATES, params):
-                out[name] = dict(zip(instants, letters, strict=True))
+                if letters:
+                    out[name] = dict(zip(_instants(instants), letters, strict=True))
         else:
             for name, instants in cur.execute(PERIODS_WINDOW_INSTANTS, params):
-                out[name] = dict.fromkeys(instants, "E")
+                out[name] = dict.fromkeys(_instants(instants), "E")
     if outcomes and jobs:
         for name, at, state in db.execute(JOBS_WINDOW_DEAD_RUNNING, params):
             periods = out[name]

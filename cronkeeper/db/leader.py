@@ -129,13 +129,17 @@ def leader_depose_stale(
 ) -> int | None:
     """Terminate the backend of a leader whose heartbeat is older than ``stale_after`` seconds
     (a frozen process or a stalled tick), which frees its lock. Only the backend recorded with
-    the stale heartbeat is touched, so a leader that has just won is never deposed. Returns the
-    terminated backend pid, or None."""
+    the stale heartbeat is touched, so a leader that has just won is never deposed: a pid is a
+    number the server reuses (after a failover or restart the numbers start again), so the lock
+    holder must also be a backend that already existed when that leader won (``backend_start``
+    at or before ``since``); a newer backend that happens to carry the recorded pid is left alone.
+    Returns the terminated backend pid, or None."""
     classid, objid = lock_key_parts(key)
     row = conn.execute(
         """
         SELECT l.pid, pg_terminate_backend(l.pid)
         FROM pg_locks l JOIN leadership ld ON ld.backend_pid = l.pid
+          JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start <= ld.since
         WHERE l.locktype = 'advisory' AND l.classid = %(classid)s AND l.objid = %(objid)s
           AND l.objsubid = 1 AND l.granted
           AND ld.cluster = %(cluster)s AND ld.released_at IS NULL

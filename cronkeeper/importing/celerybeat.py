@@ -51,8 +51,10 @@ HEADER = (
     "Differences from Celery beat, for every schedule below:",
     "- each schedule emits a job whose task is the Celery task name and whose payload is its",
     "  kwargs; `cronkeeper relay` hands it to Celery (see the suggested relay config).",
-    "- beat ran a task whenever it was due, even while the previous run was busy; cronkeeper",
-    "  skips a period whose previous job is unfinished (overlap = \"skip\", the default).",
+    "- beat ran a task whenever it was due, even while the previous run was busy. cronkeeper",
+    "  skips a period whose previous job is unfinished (overlap = \"skip\", the default) when",
+    "  it can learn that a run finished: from the app's result backend. A task whose results",
+    "  are not stored is written with overlap = \"allow\", beat's way (see its note).",
     "- beat forgot runs missed while it was down; `misfire` now decides, and `history` shows",
     "  every period's outcome.",
 )
@@ -235,13 +237,17 @@ def convert(
     for name, (_, d) in zip(names, drafts, strict=True):
         keys: list[tuple[str, Any]] = [(d["when"][0], d["when"][1]), ("timezone", zone),
                                        ("misfire", misfire), ("task", d["task"])]  # fmt: skip
+        notes = d["notes"]
+        if not _reports_completion(app, d["task"]):
+            keys.insert(3, ("overlap", "allow"))
+            notes = [*notes, _NO_COMPLETION]
         if d["payload"]:
             keys.append(("payload", d["payload"]))
         if owner:
             keys.append(("owner", owner))
         keys.append(("description", f"Celery beat entry {d['key']!r}"))
         entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
-                             notes=tuple(d["notes"]), old=d["schedule"], queue=d["queue"]))  # fmt: skip
+                             notes=tuple(notes), old=d["schedule"], queue=d["queue"]))  # fmt: skip
     stem = naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
     return Conversion(
         source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
@@ -249,6 +255,28 @@ def convert(
         entries=tuple(entries), problems=tuple(problems), stem=stem,
         extra_for=lambda kept: ((f"{stem}.relay.toml.example", _relay(source, kept)),),
     )  # fmt: skip
+
+
+_NO_COMPLETION = (
+    'overlap = "allow", beat\'s way: no result is stored for this task (no result backend, or '
+    'ignore_result), so "skip" would wait the job\'s timeout after each publication'
+)
+
+
+def _reports_completion(app: Any, task: str) -> bool:
+    """Whether the relay can learn that a run of ``task`` finished: the app stores results (a
+    result backend, and neither the task nor the app ignores them)."""
+    try:
+        backend = app.conf.result_backend
+        ignore = bool(app.conf.task_ignore_result)
+    except Exception:  # noqa: BLE001 - an unreadable configuration reports nothing
+        return False
+    if not backend or str(backend).split(":", 1)[0] == "disabled":
+        return False
+    registered = app.tasks.get(task) if hasattr(app.tasks, "get") else None
+    if registered is not None:
+        ignore = bool(getattr(registered, "ignore_result", ignore))
+    return not ignore
 
 
 def _draft(app, key, item, zone, crontab, schedule, solar) -> tuple[dict | None, list[str]]:

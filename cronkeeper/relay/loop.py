@@ -299,7 +299,8 @@ class Relay:
         ahead = self._publish_ahead(jobs, cutoff)
         cut = 0
         for job in jobs:
-            if job.id not in ahead and clock.monotonic() > cutoff:
+            done = ahead.get(job.id)
+            if done is None and clock.monotonic() > cutoff:
                 out.deferred.append((job, 0.0, "relay lease a third spent before publishing"))
                 cut += 1
                 continue
@@ -309,11 +310,12 @@ class Relay:
                 continue
             target = self.targets[route.target]
             resting = self._rest_until.get(route.target, 0.0) - clock.monotonic()
-            if resting > 0:
+            if resting > 0 and not isinstance(done, str):
+                # (a job the target already took in this round's batch is booked below: it is
+                # there, even if another job of the batch then found the target unreachable)
                 out.deferred.append((job, resting, f"target {route.target} unreachable"))
                 continue
             try:
-                done = ahead.get(job.id)
                 if isinstance(done, PublishError):
                     raise done
                 target_id = done if done is not None else target.publish(_relay_job(job),

@@ -54,13 +54,6 @@ class LineIndex:
         self._lines: dict[tuple[str, ...], int] = {}
         self._scan(text)
 
-    @classmethod
-    def from_lines(cls, lines: dict[tuple[str, ...], int]) -> LineIndex:
-        """An index built elsewhere (by :mod:`cronkeeper.spec.fasttoml`, which reads both)."""
-        index = cls.__new__(cls)
-        index._lines = lines
-        return index
-
     def _record(self, path: tuple[str, ...], lineno: int) -> None:
         lines = self._lines
         for i in range(1, len(path) + 1):

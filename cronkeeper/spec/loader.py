@@ -24,12 +24,16 @@ Choices (docs/schedules.md repeats them for operators):
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import os
 import re
+import signal
 import stat
+import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,7 +43,7 @@ from cronkeeper.spec import fasttoml
 from cronkeeper.spec.diagnostics import Diagnostic, Severity
 from cronkeeper.spec.lines import LineIndex
 from cronkeeper.spec.model import ScheduleSet, ScheduleSpec
-from cronkeeper.spec.validate import check_schedule
+from cronkeeper.spec.validate import Memo, check_schedule
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
@@ -63,8 +67,45 @@ class LoadResult:
         return not self.errors
 
 
-def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> LoadResult:
-    """Read every schedule file under ``paths``. ``now`` (aware) anchors the DST look-ahead."""
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Reading makes millions of containers and no reference cycles; the cyclic collector would
+    walk them over and over as they pile up (a third of the CPU time at 100,000 schedules)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def load_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    now: datetime,
+    keep_specs: bool = True,
+    keep_warnings: bool = True,
+) -> LoadResult:
+    """Read every schedule file under ``paths``. ``now`` (aware) anchors the DST look-ahead.
+
+    ``keep_specs=False``: only the diagnostics and counts are wanted (``validate``); the
+    result's ``schedules`` is then empty, and the specs of repeated tables are never made.
+    ``keep_warnings=False``: the schedules' warnings are not made (``load_valid``, the daemon:
+    a generated set can have one per schedule, and nobody reads them there).
+    """
+    with _collector_paused():
+        return _load_paths(paths, now, (keep_specs, keep_warnings))
+
+
+# (keep_specs, keep_warnings) of load_paths.
+Wanted = tuple[bool, bool]
+
+
+def _load_paths(
+    paths: Sequence[str | os.PathLike[str]], now: datetime, wanted: Wanted
+) -> LoadResult:
     diagnostics: list[Diagnostic] = []
     files: list[tuple[str, str | None]] = []  # (path to show, root directory it was found under)
     seen: set[str] = set()
@@ -103,8 +144,9 @@ def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Loa
     defined = 0
     first_seen: dict[str, tuple[str, int]] = {}
     duplicates: set[str] = set()
-    for file, root in files:
-        file_specs, names, file_diags = _load_file(file, root, now)
+    for (file, _), (file_specs, names, file_diags) in zip(
+        files, _load_files(files, now, wanted), strict=True
+    ):
         diagnostics.extend(file_diags)
         defined += len(names)
         for name, line in names:
@@ -137,7 +179,7 @@ def load_paths(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Loa
 
 def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> ScheduleSet:
     """The schedules under ``paths``; :class:`ScheduleError` listing every error if any."""
-    result = load_paths(paths, now=now)
+    result = load_paths(paths, now=now, keep_warnings=False)
     if result.errors:
         count = len(result.errors)
         lines = "\n".join(d.render() for d in result.errors)
@@ -148,6 +190,77 @@ def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Sch
 
 
 FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic]]
+# Below this many bytes of files, forking readers costs more than it saves.
+PARALLEL_BYTES = 4 * 1024 * 1024
+MAX_READERS = 8
+
+
+def _load_chunk(files: list[tuple[str, str | None]], now: datetime, wanted: Wanted):
+    memo = Memo()  # valid tables checked so far, by their text (see check_schedule)
+    return [_load_file(file, root, now, memo, wanted) for file, root in files]
+
+
+def _load_files(
+    files: list[tuple[str, str | None]], now: datetime, wanted: Wanted, readers: int = 0
+) -> list[FileResult]:
+    """Each file's result, in order. When only diagnostics are wanted (``validate``), on Linux,
+    with several CPUs and megabytes to read, the files are split in contiguous runs of about
+    equal size and read by forked processes at once (this one reads the first run): a file's
+    result does not depend on the others, and the results are put back in file order, so the
+    output is the one a single process gives. Specs are never sent back (100,000 of them cost
+    more to pickle than to make), so the daemon reads in one process."""
+    readers = readers or (_readers(files) if not wanted[0] else 1)
+    if readers <= 1:
+        return _load_chunk(files, now, wanted)
+    chunks = _split(files, readers)
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    try:  # Ctrl-C is the parent's to handle: the readers ignore it and finish their runs
+        with ProcessPoolExecutor(
+            readers - 1, get_context("fork"), signal.signal, (signal.SIGINT, signal.SIG_IGN)
+        ) as pool:
+            futures = [pool.submit(_load_chunk, chunk, now, wanted) for chunk in chunks[1:]]
+            results = _load_chunk(chunks[0], now, wanted)
+            for future in futures:
+                results.extend(future.result())
+    except (BrokenProcessPool, OSError):  # no processes to be had: read them here
+        return _load_chunk(files, now, wanted)
+    return results
+
+
+def _readers(files: list[tuple[str, str | None]]) -> int:
+    if sys.platform != "linux" or len(files) < 2:
+        return 1
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        return 1
+    size = 0
+    for file, _ in files:
+        with contextlib.suppress(OSError):
+            size += os.stat(file).st_size
+    return max(1, min(cpus, MAX_READERS, len(files), size // (PARALLEL_BYTES // 2)))
+
+
+def _split(files: list[tuple[str, str | None]], parts: int) -> list[list[tuple[str, str | None]]]:
+    """Contiguous runs of files of about equal total size."""
+    sizes = []
+    for file, _ in files:
+        try:
+            sizes.append(max(os.stat(file).st_size, 1))
+        except OSError:
+            sizes.append(1)
+    total = sum(sizes)
+    chunks: list[list[tuple[str, str | None]]] = [[]]
+    done = 0
+    for entry, size in zip(files, sizes, strict=True):
+        if done >= total * len(chunks) / parts and len(chunks) < parts:
+            chunks.append([])
+        chunks[-1].append(entry)
+        done += size
+    return chunks
+
 
 _SPECIAL_KINDS = (
     (stat.S_ISFIFO, "a named pipe (FIFO)"),
@@ -192,7 +305,9 @@ def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
     return sorted(found)
 
 
-def _load_file(file: str, root: str | None, now: datetime) -> FileResult:
+def _load_file(
+    file: str, root: str | None, now: datetime, memo: Memo, wanted: Wanted
+) -> FileResult:
     """(valid specs, (name, line) of every schedule defined, diagnostics) of one file."""
     diags: list[Diagnostic] = []
 
@@ -222,9 +337,9 @@ def _load_file(file: str, root: str | None, now: datetime) -> FileResult:
         return fail(f"not a UTF-8 text file (byte 0x{data[exc.start]:02x} at offset "
                     f"{exc.start}); schedule files are UTF-8 TOML", line)  # fmt: skip
     fast = fasttoml.parse(text)
+    index: fasttoml.Lines | LineIndex
     if fast is not None:
-        doc, lines = fast
-        index = LineIndex.from_lines(lines)
+        doc, index = fast
     else:
         try:
             doc = tomllib.loads(text)
@@ -246,9 +361,13 @@ def _load_file(file: str, root: str | None, now: datetime) -> FileResult:
             return index.line(_name, *path)
 
         names.append((name, line_of()))
-        spec, schedule_diags = check_schedule(name, table, file=file, line_of=line_of, now=now)
-        diags.extend(schedule_diags)
-        if spec is not None:
+        spec, schedule_diags = check_schedule(
+            name, table, file=file, line_of=line_of, now=now, memo=memo,
+            spec_needed=wanted[0], warnings_needed=wanted[1],
+        )  # fmt: skip
+        if schedule_diags:
+            diags.extend(schedule_diags)
+        if spec is not None and wanted[0]:
             specs.append(spec)
         if "command" in table and command_line is None:
             command_line = (name, line_of("command"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -89,6 +90,19 @@ class ScheduleSpec:
     # The digest, worked out once (adopt and every heartbeat's set digest read it).
     _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
+    def renamed(
+        self, name: str, task: str | None, description: str | None, file: str, line: int
+    ) -> ScheduleSpec:
+        """This spec under another name, task and description, from another place: how the
+        loader makes the specs of tables that differ from one already checked only in those.
+        Positional, every field: a third of the cost of ``dataclasses.replace``."""
+        return ScheduleSpec(
+            name, self.timezone, self.misfire, self.cron, self.every, self.catch_up_limit,
+            self.overlap, task, self.command, self.payload_json, self.grace, self.jitter,
+            self.timeout, self.max_attempts, self.backoff, self.permanent_exit_codes, self.owner,
+            description, file, line,
+        )  # fmt: skip
+
     @property
     def payload(self) -> dict[str, Any]:
         return json.loads(self.payload_json)
@@ -162,10 +176,26 @@ class ScheduleSpec:
     def canonical_and_digest(self) -> tuple[str, str]:
         """``to_json()`` as canonical JSON text (what a version row stores) and its digest,
         from one serialisation. The text is not kept (400 B a schedule); the digest is."""
-        text = canonical_json(self.to_json())
+        text = self.canonical_text()
         digest = hashlib.sha256(text.encode()).hexdigest()
         object.__setattr__(self, "_digest", digest)  # a cache: frozen for everything else
         return text, digest
+
+    def canonical_text(self) -> str:
+        """``canonical_json(self.to_json())``, written field by field in its sorted key order:
+        three times faster than building the dict and sorting it, and 100,000 of them stand
+        between a daemon's start and its first heartbeat. tests/test_spec_rules.py holds the
+        two equal over varied specs; the stored versions' digests depend on it."""
+        b = self.backoff
+        return _CANONICAL % (
+            _json(b.base), _json(b.factor), _json(b.max), _json(self.catch_up_limit),
+            "null" if self.command is None else _json_list(self.command), _json(self.cron),
+            _json(self.description), _json(self.every), _json(self.grace), _json(self.jitter),
+            _json(self.max_attempts), _json(str(self.misfire)), _json(self.name),
+            _json(str(self.overlap)), _json(self.owner), _canonical_payload(self.payload_json),
+            _json_list(self.permanent_exit_codes), _json(self.task), _json(self.timeout),
+            _json(self.timezone),
+        )  # fmt: skip
 
     def trigger(self) -> Trigger:
         """When this schedule fires (the one place a spec becomes a trigger)."""
@@ -189,6 +219,41 @@ def read_stored_version(schedule: str, version_id: int, data: Any) -> tuple[Sche
 
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+# ScheduleSpec.to_json()'s keys in sorted order, as canonical_json writes them.
+_CANONICAL = (
+    '{"backoff":{"base":%s,"factor":%s,"max":%s},"catch_up_limit":%s,"command":%s,"cron":%s,'
+    '"description":%s,"every":%s,"grace":%s,"jitter":%s,"max_attempts":%s,"misfire":%s,'
+    '"name":%s,"overlap":%s,"owner":%s,"payload":%s,"permanent_exit_codes":%s,"task":%s,'
+    '"timeout":%s,"timezone":%s}'
+)
+_encode_str = json.encoder.encode_basestring_ascii  # what json.dumps writes a str with
+
+
+def _json(value: Any) -> str:
+    """One scalar as ``canonical_json`` writes it."""
+    cls = type(value)
+    if cls is str:
+        return _encode_str(value)
+    if value is None:
+        return "null"
+    if cls is float and value == value and value not in (math.inf, -math.inf):
+        return float.__repr__(value)
+    if cls is int:
+        return int.__repr__(value)
+    return canonical_json(value)  # bools, NaN (refused), anything unusual: the general path
+
+
+def _json_list(values: Any) -> str:
+    return "[" + ",".join(map(_json, values)) + "]"
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_payload(payload_json: str) -> str:
+    """The payload as ``to_json()`` holds it and canonical_json writes it (the stored text is
+    canonical already when the loader made it; a spec built by hand may not be)."""
+    return canonical_json(json.loads(payload_json))
 
 
 @dataclass(frozen=True, slots=True)

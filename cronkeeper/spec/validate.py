@@ -14,20 +14,19 @@ Rules (SPEC §2, §3; docs/schedules.md is the reference):
 - warnings: a deprecated zone alias, a fixed local time in a DST gap or fold in the coming
   year, ``timeout`` longer than the interval with ``overlap = "allow"``, no ``owner``.
 
-Checks that depend only on the cron expression, zone and ``now`` are cached: a directory of
-10,000 schedules shares a few hundred of them.
+Checks of when a schedule fires live in :mod:`cronkeeper.spec.timing_checks`, cached per distinct
+value; valid tables are remembered per load (:class:`Memo`).
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
-import itertools
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
+from cronkeeper.spec import timing_checks as timing
 from cronkeeper.spec import values as v
 from cronkeeper.spec.diagnostics import Diagnostic, Severity
 from cronkeeper.spec.model import (
@@ -45,28 +44,16 @@ from cronkeeper.spec.model import (
     ScheduleSpec,
     shared_backoff,
 )
-from cronkeeper.timing import (
-    TimingError,
-    deprecated_zone_alias,
-    dst_anomalies,
-    load_zone,
-    make_trigger,
-    parse_cron,
-    zones,
-)
 
 KEYS = (
     "cron", "every", "timezone", "misfire", "catch_up_limit", "overlap", "task", "command",
     "payload", "grace", "jitter", "timeout", "max_attempts", "backoff", "permanent_exit_codes",
     "owner", "description",
 )  # fmt: skip
+_KNOWN_KEYS = frozenset(KEYS)
 BACKOFF_KEYS = ("base", "factor", "max")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_BACKOFF_FACTOR = 100.0
-# How far ahead DST anomalies are looked for, and how many fires measure a cron's interval.
-DST_HORIZON = timedelta(days=366)
-INTERVAL_FIRES = 8
-INTERVAL_HORIZON = timedelta(days=4 * 366)
 
 Report = Callable[[str, tuple[str, ...], Severity], None]
 
@@ -79,6 +66,33 @@ def unknown_key_message(key: str, known: tuple[str, ...], where: str = "") -> st
     return message
 
 
+# One problem of a schedule before it has a file and line: (key path, message, severity).
+Finding = tuple[tuple[str, ...], str, Severity]
+
+
+class Memo:
+    """What :func:`check_schedule` remembers of valid tables, for one ``now`` (a load): by the
+    table's text without ``task`` and ``description``, its spec (those two and the name to
+    replace) and its findings (warnings). A script that generates schedules mostly varies only
+    those; where it varies more (each table its own cron and payload), looking costs more than
+    it saves, so after :attr:`TRIAL` tables with too few hits the memo stops looking."""
+
+    TRIAL = 1000
+    LIMIT = 1 << 14
+
+    __slots__ = ("hits", "tables", "tries")
+
+    def __init__(self) -> None:
+        self.tables: dict[tuple[str, bool, bool], tuple[ScheduleSpec | None, tuple[Finding, ...]]]
+        self.tables = {}
+        self.tries = 0
+        self.hits = 0
+
+    @property
+    def worth_it(self) -> bool:
+        return self.tries < self.TRIAL or self.hits * 4 >= self.tries
+
+
 def check_schedule(
     name: str,
     table: dict[str, Any],
@@ -86,16 +100,82 @@ def check_schedule(
     file: str,
     line_of: Callable[..., int],
     now: datetime,
+    memo: Memo | None = None,
+    spec_needed: bool = True,
+    warnings_needed: bool = True,
 ) -> tuple[ScheduleSpec | None, list[Diagnostic]]:
-    """Validate one schedule. ``line_of(*key_path)`` gives the line of a key of this table."""
-    diagnostics: list[Diagnostic] = []
+    """Validate one schedule. ``line_of(*key_path)`` gives the line of a key of this table.
+
+    ``memo`` (one per ``now``; the loader keeps one per load) remembers valid tables (see
+    :class:`Memo`); name, task and description are checked per schedule here, so a table seen
+    before costs those checks and a dict look-up. A table with any error is checked afresh each
+    time. ``spec_needed=False``: only the diagnostics are wanted (``validate``); no spec is made
+    and None is returned in its place. ``warnings_needed=False``: only errors are returned.
+    """
+    if memo is None or not memo.worth_it:
+        spec, findings = _check(name, table, now, file, line_of, spec_needed)[1:]
+    else:
+        task = table.get("task")
+        description = table.get("description")
+        if (
+            v.name_problem(name) is not None
+            or (task is not None and v.task_problem(task) is not None)
+            or (description is not None and type(description) is not str)
+        ):
+            spec, findings = _check(name, table, now, file, line_of, spec_needed)[1:]  # errors
+        else:
+            rest = table.copy()
+            rest.pop("task", None)
+            rest.pop("description", None)
+            # repr tells 1 from 1.0 from true from "1", and holds nested values: equal texts,
+            # equal tables (key order included)
+            key = (repr(rest), task is not None, description is not None)
+            memo.tries += 1
+            found = memo.tables.get(key)
+            if found is None:
+                errors, spec, findings = _check(name, table, now, file, line_of, spec_needed)
+                if not errors:
+                    if len(memo.tables) >= memo.LIMIT:
+                        memo.tables.clear()
+                    memo.tables[key] = (spec, findings)
+            else:
+                memo.hits += 1
+                template, findings = found
+                spec = (
+                    template.renamed(
+                        name,
+                        intern(task) if task else task,
+                        intern(description) if description else description,
+                        file,
+                        line_of(),
+                    )
+                    if template is not None
+                    else None
+                )
+    if not findings:
+        return spec, []
+    return spec, [Diagnostic(file, line_of(*path), name, message, severity)
+                  for path, message, severity in findings
+                  if warnings_needed or severity is Severity.ERROR]  # fmt: skip
+
+
+def _check(
+    name: str,
+    table: dict[str, Any],
+    now: datetime,
+    file: str,
+    line_of: Callable[..., int],
+    spec_needed: bool,
+) -> tuple[int, ScheduleSpec | None, tuple[Finding, ...]]:
+    """(number of errors, the spec if there is no error and it is needed, every finding)."""
+    findings: list[Finding] = []
     errors = 0
 
     def report(message: str, path: tuple[str, ...] = (), severity: Severity = Severity.ERROR):
         nonlocal errors
         if severity is Severity.ERROR:
             errors += 1
-        diagnostics.append(Diagnostic(file, line_of(*path), name, message, severity))
+        findings.append((path, message, severity))
 
     def err(message: str, *path: str) -> None:
         report(message, path)
@@ -108,8 +188,8 @@ def check_schedule(
         err(problem)
 
     for key, value in table.items():
-        if key not in KEYS:
-            if isinstance(value, dict) and any(k in KEYS for k in value):
+        if key not in _KNOWN_KEYS:
+            if isinstance(value, dict) and any(k in _KNOWN_KEYS for k in value):
                 # [nightly.backup] is a table 'backup' inside 'nightly', not one schedule.
                 quoted = f"{name}.{key}"
                 message = (
@@ -131,14 +211,15 @@ def check_schedule(
     cron_ok = False
     if cron is not None:
         problem = v.string("cron", cron)
+        warnings: tuple[str, ...] = ()
         if problem is None:
-            problem = _cron_problem(cron)
+            problem, warnings = timing.cron_check(cron)
         if problem is not None:
             err(problem, "cron")
         else:
             cron_ok = True
-            for message in parse_cron(cron).warnings:  # cached: no second parse
-                warn(f"cron {v.shown(cron)}: {message}", "cron")
+            for message in warnings:
+                warn(message, "cron")
     if every_raw is not None:
         result = v.duration("every", every_raw, minimum=1.0)
         if isinstance(result, str):
@@ -156,7 +237,7 @@ def check_schedule(
     else:
         problem = v.string("timezone", timezone)
         if problem is None:
-            problem, alias = _zone_check(timezone)
+            problem, alias = timing.zone_check(timezone)
             if alias is not None:
                 warn(f"timezone '{timezone}' is a deprecated alias; use '{alias}'", "timezone")
         if problem is not None:
@@ -247,22 +328,23 @@ def check_schedule(
     # -- timing warnings, once what they need is valid --------------------------------------------
     if zone_ok and (cron_ok or every is not None) and not (cron_ok and every is not None):
         when = cron if cron_ok else None
-        for message in _dst_warnings(when, every, timezone, now):
+        for message in timing.dst_warnings(when, every, timezone, now):
             warn(message, "cron")
-        if overlap is Overlap.ALLOW:
-            interval = every if every is not None else _shortest_gap(cron, now)
+        if overlap is Overlap.ALLOW and (every is not None or timeout > timing.gap_floor(cron)):
+            interval = every if every is not None else timing.shortest_gap(cron, now)
             if interval is not None and timeout > interval:
                 what, key = (
                     (f"'timeout' ({v.shown(table['timeout'])})", "timeout")
                     if "timeout" in table
                     else ("the default timeout (10m)", "overlap")
                 )
+                shown = timing.fmt_interval(interval)
                 warn(f"{what} is longer than the interval between fires "
-                     f"({_fmt_interval(interval)}) with overlap = \"allow\": runs can pile up; "
+                     f"({shown}) with overlap = \"allow\": runs can pile up; "
                      "shorten the timeout or use overlap = \"skip\" or \"serial\"", key)  # fmt: skip
 
-    if errors:
-        return None, diagnostics
+    if errors or not spec_needed:
+        return errors, None, tuple(findings)
     spec = ScheduleSpec(
         name=name,
         timezone=intern(timezone),  # type: ignore[arg-type]  # a str: no error
@@ -285,13 +367,19 @@ def check_schedule(
         file=file,
         line=line_of(),
     )
-    return spec, diagnostics
+    return 0, spec, tuple(findings)
 
 
 _CHOICES = {enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap)}
+_MEMBERS: dict[type, dict[str, Any]] = {enum: {str(m): m for m in enum} for enum in _CHOICES}
 
 
 def _enum(table: dict[str, Any], key: str, enum: type, err: Callable[..., None], *, required: bool):
+    value = table.get(key)
+    if type(value) is str:  # the usual case: a valid choice
+        member = _MEMBERS[enum].get(value)
+        if member is not None:
+            return member
     choices = _CHOICES[enum]
     if key not in table:
         if required:
@@ -312,7 +400,25 @@ def _enum(table: dict[str, Any], key: str, enum: type, err: Callable[..., None],
     return enum(value)
 
 
+_BACKOFFS: dict[str, tuple[Backoff, tuple[tuple[str, tuple[str, ...]], ...]]] = {}
+
+
 def _backoff(raw: Any, err: Callable[..., None]) -> Backoff:
+    """The backoff table's value, its problems reported: worked out once per distinct table."""
+    key = repr(raw)
+    found = _BACKOFFS.get(key)
+    if found is None:
+        problems: list[tuple[str, tuple[str, ...]]] = []
+        backoff = _backoff_checked(raw, lambda message, *path: problems.append((message, path)))
+        if len(_BACKOFFS) >= 4096:
+            _BACKOFFS.clear()
+        found = _BACKOFFS[key] = (backoff, tuple(problems))
+    for message, path in found[1]:
+        err(message, *path)
+    return found[0]
+
+
+def _backoff_checked(raw: Any, err: Callable[..., None]) -> Backoff:
     if not isinstance(raw, dict):
         err(f"'backoff' must be a table like {{ base = \"30s\", factor = 2, max = \"1h\" }}, "
             f"not {v.type_name(raw)}", "backoff")  # fmt: skip
@@ -346,83 +452,3 @@ def _backoff(raw: Any, err: Callable[..., None]) -> Backoff:
         err(f"'backoff.max' ({maximum:g}s) is shorter than 'backoff.base' ({base:g}s)",
             "backoff", "max" if "max" in raw else "base")  # fmt: skip
     return shared_backoff(base, factor, maximum)
-
-
-@functools.lru_cache(maxsize=32768)  # generated sets hold tens of thousands of distinct crons
-def _cron_problem(expr: str) -> str | None:
-    try:
-        parsed = parse_cron(expr)
-    except TimingError as exc:
-        return f"cron {v.shown(expr)}: {exc}"
-    if parsed.never_fires():
-        return f"cron {v.shown(expr)} can never fire (no date matches it)"
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _zone_check(name: str) -> tuple[str | None, str | None]:
-    """(error message, canonical name if ``name`` is a deprecated alias)."""
-    try:
-        load_zone(name)
-    except TimingError as exc:
-        return str(exc), None
-    return None, deprecated_zone_alias(name)
-
-
-@functools.lru_cache(maxsize=16384)
-def _dst_warnings(
-    cron: str | None, every: float | None, timezone: str, now: datetime
-) -> tuple[str, ...]:
-    """What DST does to a fixed-time cron in the coming year (nothing for ``every``)."""
-    if cron is None:
-        return ()
-    try:
-        trigger = make_trigger(cron=cron, every=every, timezone=timezone)
-    except TimingError:  # already reported by the checks of cron and timezone
-        return ()
-    if not trigger.fixed_time:
-        return ()
-    touched = _dst_hours(timezone, now)
-    if not touched or touched.isdisjoint(trigger.expr.hours):
-        return ()  # no offset change in the coming year touches an hour this cron names
-    return tuple(a.message for a in dst_anomalies(trigger, now, now + DST_HORIZON))
-
-
-@functools.lru_cache(maxsize=512)
-def _dst_hours(timezone: str, now: datetime) -> frozenset[int]:
-    """Local hours of the day that a gap skips or a fold repeats in the coming year: a cheap
-    filter before the exact (and slower) ``dst_anomalies``."""
-    zone = load_zone(timezone)
-    start = int(now.timestamp())
-    end = start + int(DST_HORIZON.total_seconds())
-    hours: set[int] = set()
-    for instant, before, after in zones.transitions(zone, start - 86400, end + 86400):
-        first, last = sorted((instant + before, instant + after))  # local seconds it affects
-        hours.update(h % 24 for h in range(first // 3600, (last - 1) // 3600 + 1))
-    return frozenset(hours)
-
-
-@functools.lru_cache(maxsize=32768)
-def _shortest_gap(cron: str, now: datetime) -> float | None:
-    """The shortest time between consecutive fires among the next few (None: fewer than two).
-
-    Measured in UTC: the nominal interval of the expression, the same in every zone (a DST
-    change lengthens or shortens one gap a year; that is not what this warning is about).
-    """
-    try:
-        trigger = make_trigger(cron=cron, every=None, timezone="UTC")
-    except TimingError:
-        return None
-    fires = list(itertools.islice(trigger.fires(now, now + INTERVAL_HORIZON), INTERVAL_FIRES))
-    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(fires)]
-    return min(gaps) if gaps else None
-
-
-def _fmt_interval(seconds: float) -> str:
-    if seconds % 86400 == 0:
-        return f"{seconds / 86400:g}d"
-    if seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"

@@ -1,6 +1,7 @@
 """Checks of single values: types, durations, payloads, names. Each returns a message or None.
 
-Durations are cached by their text: a directory of 10,000 schedules repeats a few dozen of them.
+Durations are cached by their text and payloads by theirs: a directory of 10,000 schedules
+repeats a few dozen durations and a few hundred payloads.
 """
 
 from __future__ import annotations
@@ -176,10 +177,27 @@ def exit_codes(value: Any) -> tuple[int, ...] | str:
     return tuple(sorted(codes))
 
 
+_PAYLOADS: dict[str, str | tuple[str, tuple[str, ...]]] = {}
+
+
 def payload_json(value: Any) -> str | tuple[str, tuple[str, ...]]:
-    """Canonical JSON of a payload, or ``(message, key path)`` of the first problem."""
+    """Canonical JSON of a payload, or ``(message, key path)`` of the first problem.
+
+    Worked out once per distinct payload: generated schedules repeat a few hundred. They are
+    told apart by ``repr``, which tells 1 from true from 1.0 (JSON does too)."""
     if not isinstance(value, dict):
         return f"'payload' must be a table (a JSON object), not {type_name(value)}", ()
+    key = repr(value)
+    found = _PAYLOADS.get(key)
+    if found is None:
+        found = _payload_json(value)
+        if len(_PAYLOADS) >= 8192:
+            _PAYLOADS.clear()
+        _PAYLOADS[key] = found
+    return found
+
+
+def _payload_json(value: dict[str, Any]) -> str | tuple[str, tuple[str, ...]]:
     try:
         text = canonical_json(value)  # the fast path: it refuses NaN, infinities and datetimes
     except (TypeError, ValueError, RecursionError):

@@ -194,7 +194,27 @@ def _parse_field(
     return tuple(sorted(values))
 
 
+def _field(
+    text: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
+) -> tuple[int, ...]:
+    """``_parse_field``, once per distinct field: tens of thousands of distinct expressions are
+    made of a few hundred distinct fields (``*``, ``30``, ``1-5``)."""
+    values, found = _field_cached(text, spec)
+    warnings.extend(found)
+    return values
+
+
+@functools.lru_cache(maxsize=8192)
+def _field_cached(
+    text: str, spec: tuple[str, int, int, tuple[str, ...]]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    warnings: list[str] = []
+    return _parse_field(text, spec, warnings), tuple(warnings)
+
+
 def _check_characters(expr: str) -> None:
+    if expr.isascii() and expr.isprintable():  # the usual case: nothing to look for
+        return
     for position, ch in enumerate(expr):
         if not ch.isascii() or (not ch.isprintable() and ch != "\t"):
             tokens = _SEPARATORS.split(expr[:position].lstrip(" \t"))
@@ -240,7 +260,7 @@ def _parse(expr: str) -> CronExpr:
     warnings: list[str] = []
     if len(fields) == 6:
         specs = (_SECOND, *_FIELDS5)
-        seconds = _parse_field(fields[0], _SECOND, warnings)
+        seconds = _field(fields[0], _SECOND, warnings)
         fields = fields[1:]
     elif len(fields) == 5:
         specs = _FIELDS5
@@ -251,7 +271,7 @@ def _parse(expr: str) -> CronExpr:
             "(minute hour day-of-month month day-of-week) or 6 (a leading seconds field, then those)"
         )
     minute, hour, dom, month, dow = (
-        _parse_field(f, spec, warnings) for f, spec in zip(fields, specs[-5:], strict=True)
+        _field(f, spec, warnings) for f, spec in zip(fields, specs[-5:], strict=True)
     )
     return CronExpr(
         source=expr,

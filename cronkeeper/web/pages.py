@@ -4,7 +4,10 @@ and its JSON mirror never disagree. Returns plain values for the templates."""
 
 from __future__ import annotations
 
+import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -19,7 +22,7 @@ from cronkeeper.audit import (
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.engine import translate_errors
-from cronkeeper.period_states import audit_states
+from cronkeeper.period_states import audit_states, expected_tail, holds
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
 from cronkeeper.web.fires import FireCache
@@ -100,6 +103,29 @@ class VersionsCache:
         return len(versions)
 
 
+_quiet_lock = threading.Lock()
+_quiet_count = 0
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while any request builds a page (a 10,000-row page
+    allocates a million tuples and strings, none in a cycle; the collector's passes over them
+    were a seventh of its time). Counted, so one request ending does not resume it under
+    another; objects are still freed by reference counting meanwhile."""
+    global _quiet_count
+    with _quiet_lock:
+        _quiet_count += 1
+        gc.disable()
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_count -= 1
+            if _quiet_count == 0:
+                gc.enable()
+
+
 def _local(when: datetime | None, zone: ZoneInfo) -> str | None:
     return when.astimezone(zone).isoformat() if when else None
 
@@ -127,23 +153,23 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         first = (page - 1) * per_page
         strip_state = CellState(state) if state in {s.value for s in CellState} else None
         chosen = names if strip_state else names[first:first + per_page]
-        windows = [(n, window_start(current[n], now, periods, retention_days, cache.triggers,
-                                    cache.lengths))
-                   for n in chosen]
+        # Each schedule's expected fires; the last N rows all lie at or after the N-th last of
+        # them (``start``), so no statement reads the periods before it.
+        expected = {n: expected_tail(
+            current[n], since=window_start(current[n], now, periods, retention_days,
+                                           cache.triggers, cache.lengths),
+            until=now, now=now, triggers=cache.triggers, fires=cache.fires, last=periods)
+            for n in chosen}
         if strip_state:  # the filter needs every schedule's states, not their drawings
             states = dbd.periods_window_states(
-                conn, windows, now, outcomes=strip_state not in UNRECORDED,
-                jobs=strip_state in JOB_FILTERS)
+                conn, [(n, expected[n].start) for n in chosen], now,
+                outcomes=strip_state not in UNRECORDED, jobs=strip_state in JOB_FILTERS)
             wanted = LETTER[strip_state]  # the audit's state letters are the strip's
-            names = [n for n, since in windows if any(
-                letter == wanted for _, letter in audit_states(
-                    current[n], states[n], since=since, until=now, now=now,
-                    triggers=cache.triggers, fires=cache.fires, last=periods))]
+            names = [n for n in chosen if holds(expected[n], states[n], wanted)]
             shown = names[first:first + per_page]
-            since_of = dict(windows)
-            windows = [(n, since_of[n]) for n in shown]
         else:
             shown = chosen
+        windows = [(n, expected[n].start) for n in shown]
         records = dbd.periods_windows(conn, windows, now)
         strips: dict[str, Strip] = {
             name: strip_from_rows(name, current[name], strip_rows(
@@ -161,6 +187,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         upcoming = cache.triggers.get(version.version_id) or spec.trigger()
         nxt = upcoming.next_fire(_next_after(version, last))
         strip = strips[name]
+        counts = strip.counts()
         rows.append({
             "name": name, "owner": spec.owner, "description": spec.description,
             "when": describe(spec.cron, spec.every), "cron": spec.cron or f"every {spec.every:g}s",
@@ -173,7 +200,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             "next_relative": relative((nxt - now).total_seconds()) if nxt else None,
             "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
             "paused": bool(paused.get(name)), "strip": strip_svg(strip),
-            "missing": strip.count(CellState.MISSING), "dead": strip.count(CellState.DEAD),
+            "missing": counts[CellState.MISSING], "dead": counts[CellState.DEAD],
         })
     return {"now": utc(now), "rows": rows, "owners": owners, "total": len(names),
             "page": page, "pages": max(1, -(-len(names) // per_page)), "periods": periods}

@@ -4,6 +4,7 @@ rows as ``cronkeeper history``) in, cells out; the SVG is drawn by ``web.svg``."
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -60,7 +61,9 @@ class Strip:
         return sum(1 for c in self.cells if c.state is state)
 
     def counts(self) -> dict[str, int]:
-        return {s.value: self.count(s) for s in CellState}
+        """Every state's count, in ``CellState`` order (one pass over the cells)."""
+        seen = Counter(c.state for c in self.cells)
+        return {s.value: seen[s] for s in CellState}
 
     def label(self) -> str:
         """The strip in words (``aria-label``): every state's count, then the changes."""
@@ -114,6 +117,7 @@ def state_of(row: HistoryRow) -> CellState:
 
 _JOB_STATE = {"dead": CellState.DEAD, "running": CellState.RUNNING}
 _STATUS = {s.value: s for s in CellState}
+_VALUE = {s: s.value for s in CellState}  # ``.value`` is a slow property; a dict is not
 
 
 @lru_cache(maxsize=1 << 16)
@@ -125,16 +129,19 @@ def _local(scheduled_for: str, zone: ZoneInfo) -> tuple[str, str]:
     return local.strftime("%Y-%m-%d %H:%M:%S %Z (UTC%z)"), local.isoformat()
 
 
+# What a cell's tooltip says after its state, by state (a skipped one also names its reason).
+_AFTER = {CellState.MISSING: " (no outcome recorded: the scheduler never decided this period)",
+          CellState.PENDING: " (due within grace, not decided yet)"}
+
+
 def cell_of(row: HistoryRow, zone: ZoneInfo) -> Cell:
     state, reason = state_of(row), row.reason
     local_text, local_iso = _local(row.scheduled_for, zone)
-    title = f"{local_text}, {row.scheduled_for}: {state.value}"
+    title = f"{local_text}, {row.scheduled_for}: {_VALUE[state]}"
     if state is CellState.SKIPPED:
         title += f" (reason: {reason or 'unknown'})"
-    elif state is CellState.MISSING:
-        title += " (no outcome recorded: the scheduler never decided this period)"
-    elif state is CellState.PENDING:
-        title += " (due within grace, not decided yet)"
+    elif state in _AFTER:
+        title += _AFTER[state]
     if row.job_state:
         title += f"; job {row.job_state}"
         if row.attempts is not None:

@@ -4,6 +4,7 @@ not a template loop: a page of strips is thousands of cells."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 
 from markupsafe import Markup, escape
@@ -38,6 +39,23 @@ def _drawing(state: CellState, i: int) -> str:
     return f'{_shape(state, x)}<text x="{x + W // 2}" y="{H - 7}">{LETTER[state]}</text></g>'
 
 
+# Characters that markup would read; a text without them is its own escape. A cell's texts
+# (ISO instants, local times, reasons and job states from checked columns) never hold one, so
+# escaping each through ``markupsafe`` (two calls and a Markup object per cell) is skipped.
+_MARKUP = re.compile(r"[&<>\"']").search
+
+
+def _text(value: str) -> str:
+    return str(escape(value)) if _MARKUP(value) else value
+
+
+@lru_cache(maxsize=64)
+def _opening(state: CellState, waiting: bool) -> str:
+    value = state.value
+    return (f'<g class="cell s-{value}{" waiting" if waiting else ""}" data-state="{value}" '
+            'data-at="')
+
+
 def strip_svg(strip: Strip) -> Markup:
     n = len(strip.cells)
     if n == 0:
@@ -46,12 +64,12 @@ def strip_svg(strip: Strip) -> Markup:
     out = [f'<svg class="strip" xmlns="http://www.w3.org/2000/svg" role="img" '
            f'aria-label="{escape(strip.label())}" width="{width}" height="{H}" '
            f'viewBox="0 0 {width} {H}">']
+    emitted = CellState.EMITTED
     for i, cell in enumerate(strip.cells):
         state = cell.state
-        waiting = " waiting" if state is CellState.EMITTED and cell.job_state == "available" else ""
         out.append(
-            f'<g class="cell s-{state.value}{waiting}" data-state="{state.value}" '
-            f'data-at="{escape(cell.scheduled_for)}"><title>{escape(cell.title)}</title>'
+            f'{_opening(state, state is emitted and cell.job_state == "available")}'
+            f'{_text(cell.scheduled_for)}"><title>{_text(cell.title)}</title>'
             f'{_drawing(state, i)}'
         )
     for mark in strip.marks:

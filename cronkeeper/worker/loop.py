@@ -60,6 +60,7 @@ class Worker:
         self._runners = Runners(config.concurrency, self._execute)
         self.pool = ProcessPool(config, engine)  # --isolation process, @task(isolation=...)
         self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend
+        self._lost_said: set[tuple[int, int]] = set()  # (job, attempt) whose lost lease was logged
         self.rand = random.Random()
         self._next_serial = 0.0
         self.abandoned: list[threading.Thread] = []
@@ -337,10 +338,15 @@ class Worker:
                 unkept = {j.id for j in held if j.id not in kept}
                 for job in held:
                     # Not kept twice in a row: a handler process commits its job's completion
-                    # a moment before its runner hears of it, so once proves nothing.
-                    if job.id in unkept and job.id in self._unkept and job.id in self.running:
+                    # a moment before its runner hears of it, so once proves nothing. Said
+                    # once per attempt, not at every heartbeat while the handler runs on.
+                    lost = (job.id, job.attempt)
+                    if (job.id in unkept and job.id in self._unkept and job.id in self.running
+                            and lost not in self._lost_said):
+                        self._lost_said.add(lost)
                         log.warning("lease lost: job=%d key=%s attempt=%d", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
                 self._unkept = unkept
+                self._lost_said &= {(j.id, j.attempt) for j in held}
             db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id)
 
     def _time_out_tasks(self, now: float) -> None:

@@ -32,7 +32,7 @@ class WorkerConfig:
     cluster: str = "default"
     schema: str = "cronkeeper"
     concurrency: int = 10
-    batch_size: int = 100
+    batch_size: int = 250
     tasks: list[str] | None = None
     schedules: list[str] | None = None
     limits: dict[str, int] = field(default_factory=dict)

@@ -36,10 +36,11 @@ from cronkeeper.timing import Trigger
 log = logging.getLogger("cronkeeper.scheduler")
 
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
-# One tick's transaction stays well under the stall and leader timeouts (10,000 periods: about
-# 0.2 s of server CPU); a bigger burst is decided over consecutive ticks, each committed alone.
-MAX_PERIODS_PER_TICK = 10_000
-BATCH_ROWS = 2_500  # periods per claim statement (pipelined; each is planned afresh, ~0.5 ms)
+# One tick's transaction stays well under the stall timeout even on a loaded machine (10,000
+# periods a tick tripped a 2 s --stall-timeout there: tests/test_daemon_resilience.py); a bigger
+# burst is decided over consecutive ticks, each committed alone.
+MAX_PERIODS_PER_TICK = 5_000
+BATCH_ROWS = 1_000  # periods per claim statement (pipelined; each is planned afresh, ~0.5 ms)
 ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
 LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
 

@@ -20,7 +20,7 @@ APScheduler 3.11: a BackgroundScheduler with an SQLAlchemyJobStore on the same d
 each inserting one row into a table. Lag = that row's commit time minus the trigger instant.
 
     .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
-    .venv/bin/python benchmarks/burst_vs_apscheduler.py [--schedules 10000 100000]
+    .venv/bin/python benchmarks/burst_vs_apscheduler.py [10000 100000 | --schedules 10000 100000]
         [--peer-at 10000] [--per-file 1000] [--form cron6|every] [--aps-threads 10]
         [--fsync on|off] [--skip-apscheduler]
 
@@ -262,6 +262,8 @@ def bench_apscheduler(pg: PrivatePostgres, n: int, threads: int) -> tuple:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("counts", type=int, nargs="*", metavar="N",
+                        help="schedule counts, as --schedules (which they replace when given)")
     parser.add_argument("--schedules", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--peer-at", type=int, default=10_000,
                         help="run APScheduler at this count (0: never)")
@@ -271,6 +273,10 @@ def main() -> None:
     parser.add_argument("--fsync", choices=["on", "off"], default="on")
     parser.add_argument("--skip-apscheduler", action="store_true")
     args = parser.parse_args()
+    if args.counts:
+        args.schedules = args.counts
+    if any(n < 1 for n in args.schedules):
+        parser.error("schedule counts must be positive")
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
     results: list[Result] = []

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leader as dbl
@@ -23,14 +23,24 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
-from cronkeeper.spec.model import Backoff, Overlap, ScheduleSet, ScheduleSpec, read_stored_version
+from cronkeeper.spec.model import (
+    Backoff,
+    Misfire,
+    Overlap,
+    ScheduleSet,
+    ScheduleSpec,
+    read_stored_version,
+)
 from cronkeeper.timing import Trigger
 
 log = logging.getLogger("cronkeeper.scheduler")
 
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
-MAX_PERIODS_PER_TICK = 5_000  # one tick's transaction stays well under the stall timeout
-BATCH_ROWS = 1_000  # rows per claim statement (statements are pipelined)
+# One tick's transaction stays well under the stall timeout even on a loaded machine (10,000
+# periods a tick tripped a 2 s --stall-timeout there: tests/test_daemon_resilience.py); a bigger
+# burst is decided over consecutive ticks, each committed alone.
+MAX_PERIODS_PER_TICK = 5_000
+BATCH_ROWS = 1_000  # periods per claim statement (pipelined; each is planned afresh, ~0.5 ms)
 ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
 LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
 
@@ -41,7 +51,21 @@ class ScheduleState:
     version_id: int
     trigger: Trigger
     after: datetime  # every period up to and including this instant is decided
+    family: Family  # what decides its claims besides its name, version and periods
     next_fire: datetime | None = None
+
+
+class Family(NamedTuple):
+    """What a schedule's periods are decided and written with, besides its name, version and
+    due periods: schedules of one family with the same due periods share one plan and one set
+    of claim groups. Built once per schedule version, one shared tuple per distinct value."""
+
+    misfire: Misfire
+    grace: float
+    catch_up_limit: float
+    overlap: Overlap
+    jitter: float
+    job: dbs.JobColumns
 
 
 @dataclass(slots=True)
@@ -74,9 +98,14 @@ class Scheduler:
         self.resume_floor = resume_floor  # periods older than retention are never re-planned
         self.skipped_versions: dict[str, str] = {}  # schedule -> why its stored version is unusable
         self.states: dict[str, ScheduleState] = {}
-        self._heap: list[tuple[datetime, str]] = []
+        # Schedules by next fire: one bucket per instant and a heap of the instants. A burst's
+        # 100,000 schedules share an instant, so taking them is a list walk, not 100,000 pops
+        # from a heap of (instant, name) pairs that compare equal instants, then names.
+        self._due_at: dict[datetime, list[str]] = {}
+        self._instants: list[datetime] = []
         self._horizon: datetime | None = None  # the last tick decided every period up to here
         self.behind = False  # the last tick left due periods for the next one (a long outage)
+        self._families: dict[Family, Family] = {}  # one tuple per distinct value
 
     # -- fencing ---------------------------------------------------------------------------
     def confirm(self) -> datetime:
@@ -105,7 +134,7 @@ class Scheduler:
                           exc, extra={"action": "version_unreadable", "schedule": v.schedule})
                 continue
             after = max(last.get(v.schedule, v.active_from), v.active_from, floor)
-            self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after)
+            self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after, self._family(spec))
         self._rebuild_heap()
 
     def adopt(self, schedules: ScheduleSet) -> dict[str, str]:
@@ -150,8 +179,9 @@ class Scheduler:
                 version_id = ids.get(name)
                 if version_id is None:  # another leader recorded the same instant: reload to agree
                     raise LeadershipLost("a concurrent leader recorded schedule versions")
-                self.states[name] = ScheduleState(wanted[name], version_id,
-                                                  wanted[name].trigger(), at)
+                spec = wanted[name]
+                self.states[name] = ScheduleState(spec, version_id, spec.trigger(), at,
+                                                  self._family(spec))
             else:
                 del self.states[name]
             if each:
@@ -166,16 +196,27 @@ class Scheduler:
 
     # -- ticking -------------------------------------------------------------------------------
     def _rebuild_heap(self) -> None:
-        self._heap = []
+        self._due_at = {}
+        self._instants = []
         next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
         for name, state in self.states.items():
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
-                self._heap.append((state.next_fire, name))
-        heapq.heapify(self._heap)
+                self._due_at.setdefault(state.next_fire, []).append(name)
+        for bucket in self._due_at.values():
+            bucket.sort()
+        self._instants = list(self._due_at)
+        heapq.heapify(self._instants)
+
+    def _push(self, when: datetime, name: str) -> None:
+        bucket = self._due_at.get(when)
+        if bucket is None:
+            bucket = self._due_at[when] = []
+            heapq.heappush(self._instants, when)
+        bucket.append(name)
 
     def next_due(self) -> datetime | None:
-        return self._heap[0][0] if self._heap else None
+        return self._instants[0] if self._instants else None
 
     def tick_until_current(self) -> TickReport:
         """Tick until every period due by the last tick's now is decided: what ``adopt`` needs,
@@ -195,54 +236,58 @@ class Scheduler:
         # the calendar work: it is done once per distinct trigger, not once per schedule.
         fires = _Memo(lambda trigger, after: list(
             itertools.islice(trigger.fires(after, now), MAX_PERIODS_PER_SCHEDULE_TICK)))
-        while self._heap and self._heap[0][0] <= now:
-            if budget <= 0:  # the rest stay in the heap for the next tick
+        states = self.states
+        while self._instants and self._instants[0] <= now:
+            if budget <= 0:  # the rest stay in their buckets for the next tick
                 self.behind = True
                 break
-            _, name = heapq.heappop(self._heap)
-            state = self.states.get(name)
-            if state is None:
-                continue
-            take = min(MAX_PERIODS_PER_SCHEDULE_TICK, budget)
-            periods = fires(state.trigger, state.after)
-            if len(periods) > take:
-                periods = periods[:take]
-            if periods:
-                due[name] = periods
-                budget -= len(periods)
-                # more due periods than one tick takes: not caught up to ``now``
-                self.behind = self.behind or len(periods) >= take
+            when = self._instants[0]
+            bucket = self._due_at[when]
+            taken = 0
+            for name in bucket:  # in name order: the text indexes take the claims in order
+                if budget <= 0:
+                    break
+                taken += 1
+                state = states.get(name)
+                if state is None:
+                    continue
+                take = min(MAX_PERIODS_PER_SCHEDULE_TICK, budget)
+                periods = fires(state.trigger, state.after)
+                if len(periods) > take:
+                    periods = periods[:take]
+                if periods:
+                    due[name] = periods
+                    budget -= len(periods)
+                    # more due periods than one tick takes: not caught up to ``now``
+                    self.behind = self.behind or len(periods) >= take
+            del bucket[:taken]
+            if not bucket:
+                heapq.heappop(self._instants)
+                del self._due_at[when]
         report = TickReport(now=now)
         horizon = now
         with self.conn.transaction():
+            # (_decide advances the due schedules to their next fire as its last batch goes out)
             now, claims = (self.confirm(), []) if not due else self._decide(due)
         report.now = now
         self._horizon = horizon
+        decided: dict[tuple[datetime, str, str | None], Decision] = {}  # frozen: shared
         for batch, claimed in claims:  # after the commit: a burst's jobs are visible sooner
             report.lost += len(batch) - len(claimed)
-            reasons: dict[tuple[str, datetime], str | None] | None = None
-            for schedule, scheduled_for, outcome, job_id in claimed:
-                reason = None
-                if outcome != "emitted":  # the reason is in the row sent (the plan emits none)
-                    if reasons is None:
-                        reasons = {(r.schedule, r.scheduled_for): r.reason for r in batch}
-                    reason = _REASONS[reasons[(schedule, scheduled_for)]]
-                decision = Decision(scheduled_for, _OUTCOMES[outcome], reason)
+            for schedule, scheduled_for, outcome, reason, job_id in claimed:
+                key = (scheduled_for, outcome, reason)
+                decision = decided.get(key)
+                if decision is None:
+                    decision = decided[key] = Decision(scheduled_for, _OUTCOMES[outcome],
+                                                       _REASONS[reason])
                 report.decisions.append((schedule, decision, job_id))
-        next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
-        for name, periods in due.items():
-            state = self.states[name]
-            state.after = periods[-1]
-            state.next_fire = next_fire(state.trigger, state.after)
-            if state.next_fire is not None:
-                heapq.heappush(self._heap, (state.next_fire, name))
         if self.on_tick is not None:
             self.on_tick(report)
         return report
 
     def _decide(
         self, due: dict[str, Sequence[datetime]]
-    ) -> tuple[datetime, list[tuple[list[dbs.PeriodRow], list[tuple]]]]:
+    ) -> tuple[datetime, list[tuple[dbs.ClaimBatch, list[dbs.Claim]]]]:
         """Plan and claim inside the tick's transaction; return its now and, per batch, the
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
@@ -256,30 +301,97 @@ class Scheduler:
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
-    ) -> Iterator[list[dbs.PeriodRow]]:
-        """The decisions as rows, planned lazily, ``BATCH_ROWS`` at a time. ``plan`` is pure,
-        so schedules with the same due periods (one list, shared through the tick's memo) and
-        the same policies share one plan."""
-        batch: list[dbs.PeriodRow] = []
-        plans: dict[tuple, list[Decision]] = {}
+    ) -> Iterator[dbs.ClaimBatch]:
+        """The decisions as claim columns, planned lazily, ``BATCH_ROWS`` periods at a time.
+        ``plan`` is pure, so schedules of one family with the same due periods (one list,
+        shared through the tick's memo) share one plan and its claim groups (the instant, the
+        decision, the job's columns): a burst's schedule costs a lookup and four appends."""
+        groups: list[dbs.ClaimGroup] = []
+        group_index: dict[dbs.ClaimGroup, int] = {}
+        batch = dbs.ClaimBatch(groups)
+        plans: dict[tuple, tuple[list[Decision], list[int]]] = {}
+        states = self.states
         for name, periods in due.items():
-            state = self.states[name]
-            spec = state.spec
+            state = states[name]
             is_paused, is_busy = name in paused, name in busy
-            key = (id(periods), spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap,
-                   is_paused, is_busy)
-            decisions = plans.get(key)
-            if decisions is None:
-                decisions = plans[key] = plan(spec, periods, now, paused=is_paused, busy=is_busy)
-            for decision in decisions:
-                batch.append(period_row(spec, state.version_id, decision))
-                if len(batch) >= BATCH_ROWS:
-                    if self.on_progress is not None:
-                        self.on_progress()  # a big tick is progress batch by batch, not at its end
-                    yield batch
-                    batch = []
-        if batch:
+            key = (id(periods), id(state.family), is_paused, is_busy)
+            planned = plans.get(key)
+            if planned is None:
+                decisions = plan(state.spec, periods, now, paused=is_paused, busy=is_busy)
+                job = state.family.job
+                planned = plans[key] = (decisions, [
+                    _group_of(claim_group(d, job), groups, group_index) for d in decisions])
+            decisions, indexes = planned
+            n = len(indexes)
+            if n == 1:  # the common case, without the iterators
+                batch.schedule.append(name)
+                batch.version_id.append(state.version_id)
+                batch.group.append(indexes[0])
+            else:
+                batch.schedule.extend(itertools.repeat(name, n))
+                batch.version_id.extend(itertools.repeat(state.version_id, n))
+                batch.group.extend(indexes)
+            if state.family.jitter:
+                batch.run_after.extend(_jittered(name, state.family.jitter, d) for d in decisions)
+            else:
+                batch.run_after.extend(itertools.repeat(None, n))
+            if len(batch.schedule) >= BATCH_ROWS:
+                if self.on_progress is not None:
+                    self.on_progress()  # a big tick is progress batch by batch, not at its end
+                yield batch
+                batch = dbs.ClaimBatch(groups)
+        if len(batch):
             yield batch
+        # Every batch is sent; the server is still writing the last ones. Advance the schedules
+        # meanwhile: if the tick fails after this, the term ends and its states go with it.
+        self._advance(due)
+
+    def _advance(self, due: dict[str, Sequence[datetime]]) -> None:
+        """Move each decided schedule past its periods and file it under its next fire."""
+        next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
+        states = self.states
+        for name, periods in due.items():
+            state = states[name]
+            state.after = periods[-1]
+            state.next_fire = next_fire(state.trigger, state.after)
+            if state.next_fire is not None:
+                self._push(state.next_fire, name)
+
+    def _family(self, spec: ScheduleSpec) -> Family:
+        family = Family(spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap, spec.jitter,
+                        job_columns(spec))
+        return self._families.setdefault(family, family)
+
+
+def _group_of(group: dbs.ClaimGroup, groups: list[dbs.ClaimGroup],
+              index: dict[dbs.ClaimGroup, int]) -> int:
+    n = index.get(group)
+    if n is None:
+        groups.append(group)
+        n = index[group] = len(groups)  # 1-based, as SQL's ordinality
+    return n
+
+
+def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:
+    if decision.outcome is not Outcome.EMITTED:
+        return None
+    at = decision.scheduled_for
+    return at + timedelta(seconds=period_jitter(f"{name}@{_key_stamp(at)}", jitter))
+
+
+def job_columns(spec: ScheduleSpec) -> dbs.JobColumns:
+    """The outbox columns every job of the spec shares."""
+    return dbs.JobColumns(spec.task_name, spec.payload_json, spec.max_attempts, spec.timeout,
+                          _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner)
+
+
+def claim_group(decision: Decision, job: dbs.JobColumns) -> dbs.ClaimGroup:
+    """The group of a decision: an emitted one carries the job's columns, a skipped one none."""
+    at = decision.scheduled_for
+    reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
+    emitted = decision.outcome is Outcome.EMITTED
+    return dbs.ClaimGroup(at, _key_stamp(at), decision.outcome.value, reason,
+                          job if emitted else None)
 
 
 def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | None]:

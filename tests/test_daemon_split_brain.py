@@ -86,7 +86,7 @@ def test_concurrent_periods_claim_from_two_connections_one_job_per_period(pg_sch
             assert not won[0] & won[1], "a period was claimed by both leaders"
             assert len(won[0] | won[1]) == 600
             for res in results:  # every claimed emitted period came back with its job
-                assert all((r[3] is not None) == (r[2] == "emitted") for r in res)
+                assert all((r[4] is not None) == (r[2] == "emitted") for r in res)
         assert conns[0].execute(
             "SELECT schedule, scheduled_for FROM outbox GROUP BY 1, 2 HAVING count(*) > 1"
         ).fetchall() == []

@@ -82,3 +82,37 @@ def test_unmigrated_schema_is_refused_with_the_command_to_run(database_url):
         raise AssertionError("an empty schema was accepted")
     finally:
         eng.dispose()
+
+
+def test_a_version_named_by_a_period_or_a_job_cannot_be_deleted(engine):
+    """The foreign keys to schedule_versions are gone (migration 6: a burst paid two row
+    lookups and locks per period for them); versions are only added, and a trigger still
+    refuses to delete or renumber one that a period or a job names, as the keys did."""
+    import psycopg  # noqa: PLC0415
+
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        ids = [raw.execute(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) "
+            "VALUES (%s, 'd', '{}', now(), 1) RETURNING id", (name,)).fetchone()[0]
+            for name in ("period", "job", "free")]
+        raw.execute("INSERT INTO periods (schedule, scheduled_for, version_id, outcome, term) "
+                    "VALUES ('period', now(), %s, 'emitted', 1)", (ids[0],))
+        raw.execute("INSERT INTO outbox (idempotency_key, schedule, version_id, task) "
+                    "VALUES ('job@x', 'job', %s, 't')", (ids[1],))
+        raw.commit()
+        for named in ids[:2]:
+            for statement in ("DELETE FROM schedule_versions WHERE id = %s",
+                              "UPDATE schedule_versions SET id = -id WHERE id = %s"):
+                try:
+                    raw.execute(statement, (named,))
+                except psycopg.errors.ForeignKeyViolation as exc:
+                    assert f"schedule version {named} is named" in str(exc)
+                else:
+                    raise AssertionError(f"{statement} of version {named} was not refused")
+                finally:
+                    raw.rollback()
+        raw.execute("UPDATE schedule_versions SET digest = 'e' WHERE id = %s", (ids[0],))
+        raw.execute("DELETE FROM schedule_versions WHERE id = %s", (ids[2],))
+        raw.commit()
+        assert sorted(r[0] for r in raw.execute("SELECT id FROM schedule_versions")) == ids[:2]

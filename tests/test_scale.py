@@ -156,9 +156,52 @@ def test_a_few_decisions_log_a_line_each_and_a_burst_logs_one_summary(caplog) ->
         LOG_EACH_UP_TO + 1)  # each period still at debug
 
 
-def test_period_rows_are_the_claim_statements_columns() -> None:
-    """PeriodRow's fields, in order, are the claim statement's parameters: a row built
-    positionally lands in the right column."""
-    assert len(dbs.PeriodRow._fields) == len(dbs._CLAIM_PARAMS)
-    assert dbs.PeriodRow._fields[:7] == ("schedule", "scheduled_for", "version_id", "outcome",
-                                         "reason", "key", "task")
+def test_a_grouped_claim_writes_each_periods_own_columns() -> None:
+    """A claim sends what periods share (instant, decision, job columns) once per group and
+    four values per period; every row written still carries its own schedule, version, key
+    and run_after, and the shared columns of its own group."""
+    pg = shared_postgres()
+    conn = set_path(pg.connect(), pg.new_schema())
+    try:
+        at = datetime(2026, 1, 1, tzinfo=UTC)
+        later = at + timedelta(seconds=30)
+        ids = dbs.versions_insert(conn, [(f"s{i}", "d", "{}") for i in range(6)], at, 1)
+
+        def row(name: str, when: datetime, outcome: str = "emitted", reason: str | None = None,
+                task: str = "t.a", run_after: datetime | None = None) -> dbs.PeriodRow:
+            if outcome != "emitted":
+                return dbs.PeriodRow(name, when, ids[name], outcome, reason)
+            return dbs.PeriodRow(name, when, ids[name], outcome, reason,
+                                 f"{name}@{when:%Y-%m-%dT%H:%M:%SZ}", task, f'{{"n": "{name}"}}'
+                                 if task == "t.b" else "{}", 3, run_after or when, 60.0,
+                                 '{"base": 1}', task == "t.b", "o")
+
+        rows = [row("s0", at), row("s1", at), row("s0", later),
+                row("s2", at, task="t.b", run_after=at + timedelta(seconds=7)),
+                row("s3", at, "skipped", "misfire"), row("s4", later, reason="backfill"),
+                row("s5", later, "skipped", "overlap")]
+        batch = dbs.claim_batch(rows)
+        assert len(batch.groups) == 6 and len(batch) == 7
+        with conn.transaction():
+            claimed = dbs.periods_claim(conn, rows, 1)
+        assert sorted((c[0], c[1], c[2], c[3], c[4] is not None) for c in claimed) == sorted(
+            (r.schedule, r.scheduled_for, r.outcome, r.reason, r.outcome == "emitted")
+            for r in rows)
+        periods = conn.execute("SELECT schedule, scheduled_for, version_id, outcome, reason, "
+                               "term FROM periods").fetchall()
+        assert sorted(periods) == sorted(
+            (r.schedule, r.scheduled_for, r.version_id, r.outcome, r.reason, 1) for r in rows)
+        jobs = conn.execute(
+            "SELECT idempotency_key, schedule, scheduled_for, version_id, task, payload::text, "
+            "max_attempts, run_after, timeout_seconds, backoff::text, serial, owner FROM outbox"
+        ).fetchall()
+        assert sorted(jobs) == sorted(
+            (r.key, r.schedule, r.scheduled_for, r.version_id, r.task, r.payload_json,
+             r.max_attempts, r.run_after, r.timeout, r.backoff_json, r.serial, r.owner)
+            for r in rows if r.outcome == "emitted")
+        with conn.transaction():  # claimed already: no row back, no job
+            assert dbs.periods_claim(conn, rows, 2) == []
+        with pytest.raises(ValueError, match="<schedule>@<instant>"):
+            dbs.claim_batch([rows[0]._replace(key="other")])
+    finally:
+        conn.close()

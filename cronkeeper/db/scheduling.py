@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -132,77 +132,159 @@ def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set
     return {r[0] for r in rows}
 
 
-_CLAIM = """
-WITH decided AS (
-    SELECT * FROM unnest(%(schedule)b::text[], %(scheduled_for)b::timestamptz[],
-                         %(version_id)b::int8[], %(outcome)b::text[], %(reason)b::text[])
-           AS d(schedule, scheduled_for, version_id, outcome, reason)
-), claimed AS (
+class JobColumns(NamedTuple):
+    """The outbox columns every job of one schedule version shares (all but its key, period,
+    version and run_after). A claim sends each distinct one once, not once per period."""
+
+    task: str
+    payload_json: str
+    max_attempts: int
+    timeout: float
+    backoff_json: str
+    serial: bool
+    owner: str | None
+
+
+class ClaimGroup(NamedTuple):
+    """What periods of one claim share: the instant (and its key stamp), the decision, and the
+    job columns of an emitted one. A burst of 100,000 schedules due at one instant is one group:
+    its JSON is parsed once per statement, and each period costs four array elements."""
+
+    scheduled_for: datetime
+    stamp: str  # the instant part of the idempotency key (SPEC §4): ``<schedule>@<stamp>``
+    outcome: str
+    reason: str | None
+    job: JobColumns | None
+
+
+@dataclass(slots=True)
+class ClaimBatch:
+    """One claim statement's periods, as its columns: each period is a schedule, its version,
+    the (1-based) index of its group in ``groups``, and its run_after when jitter moves it
+    (None: run_after is scheduled_for). ``groups`` may be shared by the batches of a tick: it
+    only grows, and each statement sends it as it is then."""
+
+    groups: list[ClaimGroup]
+    schedule: list[str] = field(default_factory=list)
+    version_id: list[int] = field(default_factory=list)
+    group: list[int] = field(default_factory=list)
+    run_after: list[datetime | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.schedule)
+
+
+# Claimed: (schedule, scheduled_for, outcome, reason, job id or None).
+Claim = tuple[str, datetime, str, str | None, int | None]
+
+# Each group column is an array parameter read by subscript (a few groups: a short walk).
+# The statement is never prepared, so each array is a constant of its plan: the JSON of the
+# groups' payloads and backoffs is parsed once per statement, not once per period.
+_G = {c: f"(%(g_{c})b::{t}[])[d.n]" for c, t in (
+    ("scheduled_for", "timestamptz"), ("stamp", "text"), ("outcome", "text"), ("reason", "text"),
+    ("task", "text"), ("max_attempts", "int4"), ("timeout", "float8"), ("serial", "bool"),
+    ("owner", "text"))}
+_G.update({c: f"(%(g_{c})b::text[]::jsonb[])[d.n]" for c in ("payload", "backoff")})
+
+_CLAIM = f"""
+WITH claimed AS (
     INSERT INTO periods (schedule, scheduled_for, version_id, outcome, reason, term)
-    SELECT schedule, scheduled_for, version_id, outcome, reason, %(term)b::int8 FROM decided
+    SELECT d.schedule, {_G["scheduled_for"]}, d.version_id, {_G["outcome"]}, {_G["reason"]},
+           %(term)b::int8
+    FROM unnest(%(schedule)b::text[], %(version_id)b::int8[], %(group)b::int4[])
+         AS d(schedule, version_id, n)
     ON CONFLICT (schedule, scheduled_for) DO NOTHING
-    RETURNING schedule, scheduled_for, outcome
-), jobs AS (
-    SELECT * FROM unnest(%(key)b::text[], %(schedule)b::text[], %(scheduled_for)b::timestamptz[],
-                         %(version_id)b::int8[], %(task)b::text[], %(payload)b::text[],
-                         %(max_attempts)b::int4[], %(run_after)b::timestamptz[],
-                         %(timeout)b::float8[], %(backoff)b::text[], %(serial)b::bool[],
-                         %(owner)b::text[])
-           AS j(key, schedule, scheduled_for, version_id, task, payload, max_attempts, run_after,
-                timeout, backoff, serial, owner)
+    RETURNING schedule, scheduled_for, outcome, reason
 ), emitted AS (
     INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, payload,
                         max_attempts, run_after, timeout_seconds, backoff, serial, owner)
-    SELECT j.key, j.schedule, j.scheduled_for, j.version_id, j.task, j.payload::jsonb,
-           j.max_attempts, j.run_after, j.timeout, j.backoff::jsonb, j.serial, j.owner
-    FROM jobs j JOIN claimed c USING (schedule, scheduled_for)
-    WHERE c.outcome = 'emitted' AND j.key IS NOT NULL
+    SELECT d.schedule || '@' || {_G["stamp"]}, d.schedule, c.scheduled_for, d.version_id,
+           {_G["task"]}, {_G["payload"]}, {_G["max_attempts"]},
+           coalesce(d.run_after, c.scheduled_for), {_G["timeout"]}, {_G["backoff"]},
+           {_G["serial"]}, {_G["owner"]}
+    FROM unnest(%(schedule)b::text[], %(version_id)b::int8[], %(group)b::int4[],
+                %(run_after)b::timestamptz[]) AS d(schedule, version_id, n, run_after)
+         JOIN claimed c ON c.schedule = d.schedule AND c.scheduled_for = {_G["scheduled_for"]}
+    WHERE c.outcome = 'emitted' AND {_G["task"]} IS NOT NULL
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, schedule, scheduled_for
-), woke AS (""" + wake("emitted") + """)
-SELECT c.schedule, c.scheduled_for, c.outcome, e.id
+), woke AS ({wake("emitted")})
+SELECT c.schedule, c.scheduled_for, c.outcome, c.reason, e.id
 FROM claimed c LEFT JOIN emitted e USING (schedule, scheduled_for) CROSS JOIN woke
 """
 
 
-def periods_claim(
-    conn: psycopg.Connection, rows: Sequence[PeriodRow], term: int
-) -> list[tuple[str, datetime, str, int | None]]:
+def periods_claim(conn: psycopg.Connection, rows: Sequence[PeriodRow], term: int) -> list[Claim]:
     """Claim each period under the unique constraint and write the job of each emitted one, in
     one statement. Periods someone already decided come back absent: no row back, no job.
-    Returns (schedule, scheduled_for, outcome, job id) for the periods this call claimed."""
+    Returns (schedule, scheduled_for, outcome, reason, job id) for the periods this call
+    claimed. A job's key is always ``<schedule>@<instant>`` (``idempotency_key``)."""
     if not rows:
         return []
-    with _claim_send(conn, rows, term) as cur:
+    with _claim_send(conn, claim_batch(rows), term) as cur:
         return cur.fetchall()
 
 
 def periods_claim_pipelined(
-    conn: psycopg.Connection, batches: Iterable[Sequence[PeriodRow]], term: int
-) -> list[tuple[Sequence[PeriodRow], list[tuple[str, datetime, str, int | None]]]]:
+    conn: psycopg.Connection, batches: Iterable[ClaimBatch], term: int
+) -> list[tuple[ClaimBatch, list[Claim]]]:
     """``periods_claim`` for each batch, pipelined: each statement goes to the server as soon
     as its batch is drawn, so the server writes one batch while the caller computes the next
-    (a burst of 10,000 periods costs the slower of the two, not their sum). Returns each batch
-    with its claims, read once the pipeline syncs; call it inside the tick's transaction."""
+    (a burst costs the slower of the two, not their sum). Returns each batch with its claims,
+    read once the pipeline syncs; call it inside the tick's transaction."""
     sent = []
     with conn.pipeline():
-        for rows in batches:
-            if rows:
-                sent.append((rows, _claim_send(conn, rows, term)))
-    return [(rows, cur.fetchall()) for rows, cur in sent]
+        for batch in batches:
+            if len(batch):
+                sent.append((batch, _claim_send(conn, batch, term)))
+    return [(batch, cur.fetchall()) for batch, cur in sent]
 
 
-# The claim statement's parameter for each PeriodRow field, in field order.
-_CLAIM_PARAMS = ("schedule", "scheduled_for", "version_id", "outcome", "reason", "key", "task",
-                 "payload", "max_attempts", "run_after", "timeout", "backoff", "serial", "owner")
+def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:
+    """The claim columns of ``PeriodRow``s (the operator's backfill, tests), grouped."""
+    groups: list[ClaimGroup] = []
+    index: dict[ClaimGroup, int] = {}
+    batch = ClaimBatch(groups)
+    for r in rows:
+        emitted = r.key is not None
+        job = JobColumns(r.task, r.payload_json, r.max_attempts, r.timeout, r.backoff_json,
+                         r.serial, r.owner) if emitted else None
+        stamp = r.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+        if emitted and r.key != f"{r.schedule}@{stamp}":
+            raise ValueError(f"a period's job key is <schedule>@<instant>, not {r.key!r}")
+        group = ClaimGroup(r.scheduled_for, stamp, r.outcome, r.reason, job)
+        n = index.get(group)
+        if n is None:
+            groups.append(group)
+            n = index[group] = len(groups)
+        batch.schedule.append(r.schedule)
+        batch.version_id.append(r.version_id)
+        batch.group.append(n)
+        batch.run_after.append(None if r.run_after == r.scheduled_for else r.run_after)
+    return batch
 
 
-def _claim_send(conn: psycopg.Connection, rows: Sequence[PeriodRow], term: int) -> psycopg.Cursor:
-    cols: dict[str, Any] = dict(zip(_CLAIM_PARAMS, map(list, zip(*rows, strict=True)), strict=True))
-    cols["term"] = term  # type: ignore[assignment]
+def _claim_send(conn: psycopg.Connection, batch: ClaimBatch, term: int) -> psycopg.Cursor:
+    g = batch.groups
+    jobs = [x.job or _NO_JOB for x in g]
+    params: dict[str, Any] = {
+        "g_scheduled_for": [x.scheduled_for for x in g], "g_stamp": [x.stamp for x in g],
+        "g_outcome": [x.outcome for x in g], "g_reason": [x.reason for x in g],
+        **dict(zip(_JOB_PARAMS, map(list, zip(*jobs, strict=True)), strict=True)),
+        "schedule": batch.schedule, "version_id": batch.version_id, "group": batch.group,
+        "run_after": batch.run_after, "term": term,
+    }
     cur = conn.cursor()
-    cur.execute(_CLAIM, cols)
+    # Never prepared: a generic plan would parse the groups' JSON once per period, and not
+    # seeing the arrays' lengths it may join the periods to their jobs by nested loop.
+    cur.execute(_CLAIM, params, prepare=False)
     return cur
+
+
+# The claim statement's parameter for each JobColumns field, in field order.
+_JOB_PARAMS = ("g_task", "g_payload", "g_max_attempts", "g_timeout", "g_backoff", "g_serial",
+               "g_owner")
+_NO_JOB = JobColumns(*(None,) * len(JobColumns._fields))  # type: ignore[arg-type]
 
 
 def versions_history(conn: psycopg.Connection, schedule: str) -> list[VersionRow]:

@@ -52,6 +52,24 @@ def versions_current(
     ).fetchall()
 
 
+# A schedule's recorded periods with their jobs, shaped as ``audit.Record`` (after the
+# schedule's name when {name} is "p.schedule,"): instants as Unix seconds, in binary.
+_PERIOD_RECORDS = """
+SELECT {name} floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
+       CASE WHEN p.outcome = 'emitted' THEN
+           extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
+       o.state, o.attempts
+FROM periods p
+LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+                  AND p.outcome = 'emitted'
+WHERE {which} AND p.scheduled_for >= %(a)s AND p.scheduled_for <= %(b)s
+ORDER BY {name} p.scheduled_for, o.id
+"""
+_PERIODS_RANGE = _PERIOD_RECORDS.format(name="", which="p.schedule = %(s)s")
+_PERIODS_RANGE_MANY = _PERIOD_RECORDS.format(name="p.schedule,",
+                                             which="p.schedule = ANY(%(s)s::text[])")
+
+
 def periods_range(
     conn: sa.Connection | psycopg.Connection, schedule: str, since: datetime, until: datetime
 ) -> list[tuple]:
@@ -61,20 +79,7 @@ def periods_range(
     minutely schedule is half a million rows. One range scan of the periods primary key; the
     job comes from the outbox's (schedule, scheduled_for) index."""
     with raw(conn).cursor(binary=True) as cur:
-        cur.execute(
-            """
-            SELECT floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
-                   CASE WHEN p.outcome = 'emitted' THEN
-                       extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
-                   o.state, o.attempts
-            FROM periods p
-            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
-                              AND p.outcome = 'emitted'
-            WHERE p.schedule = %(s)s AND p.scheduled_for >= %(a)s AND p.scheduled_for <= %(b)s
-            ORDER BY p.scheduled_for, o.id
-            """,
-            {"s": schedule, "a": since, "b": until},
-        )
+        cur.execute(_PERIODS_RANGE, {"s": schedule, "a": since, "b": until})
         return cur.fetchall()
 
 
@@ -86,22 +91,7 @@ def periods_range_many(
     ascending). One range scan of the periods primary key per schedule, in one round trip."""
     out: dict[str, list[tuple]] = {name: [] for name in schedules}
     with raw(conn).cursor(binary=True) as cur:
-        cur.execute(
-            """
-            SELECT p.schedule, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome,
-                   p.reason,
-                   CASE WHEN p.outcome = 'emitted' THEN
-                       extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
-                   o.state, o.attempts
-            FROM periods p
-            LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
-                              AND p.outcome = 'emitted'
-            WHERE p.schedule = ANY(%(s)s::text[])
-              AND p.scheduled_for >= %(a)s AND p.scheduled_for <= %(b)s
-            ORDER BY p.schedule, p.scheduled_for, o.id
-            """,
-            {"s": list(schedules), "a": since, "b": until},
-        )
+        cur.execute(_PERIODS_RANGE_MANY, {"s": list(schedules), "a": since, "b": until})
         for row in cur:
             out[row[0]].append(row[1:])
     return out

@@ -109,7 +109,7 @@ class Relay:
             try:
                 now = clock.monotonic()
                 if now >= next_reap:
-                    self._reap()
+                    self.db.reap_expired(log)
                     next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
                     with self.db.statement("heartbeating the relay") as conn:
                         db_attempts.instances_heartbeat(conn, cluster=self.cluster,
@@ -150,27 +150,18 @@ class Relay:
                               r.schedule_regex)
             for r in self.config.routes
         ]
-        backoff = Backoff()
-        while not self._stopping.is_set():
-            try:
-                with self.db.transaction("registering the relay's routes") as conn:
-                    db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
-                    db_attempts.instances_register_worker(
-                        conn, cluster=self.cluster, instance_id=self.relay_id,
-                        host=socket.gethostname(), pid=os.getpid(), version=__version__,
-                        schedules_digest=self.config.digest, tzdata_version=tzdata_version(),
-                        kind="relay",
-                    )
-                self.registered.set()
-                return
-            except DatabaseError:
-                self._stopping.wait(backoff.next())
 
-    def _reap(self) -> None:
-        with self.db.statement("reaping expired leases") as conn:
-            n = db.outbox_reap_expired(conn)
-        if n:
-            log.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
+        def register(conn) -> None:
+            db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
+            db_attempts.instances_register_worker(
+                conn, cluster=self.cluster, instance_id=self.relay_id,
+                host=socket.gethostname(), pid=os.getpid(), version=__version__,
+                schedules_digest=self.config.digest, tzdata_version=tzdata_version(),
+                kind="relay",
+            )
+
+        if self.db.until_done("registering the relay's routes", self._stopping, register):
+            self.registered.set()
 
     def _resting(self) -> list[str]:
         now = clock.monotonic()

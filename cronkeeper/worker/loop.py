@@ -105,7 +105,7 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 if clock.monotonic() >= next_reap:
-                    self._reap()
+                    self.db.reap_expired(log)
                     next_reap = clock.monotonic() + cfg.reap_interval
                 full = self._claim_round()
                 backoff.reset()
@@ -149,24 +149,12 @@ class Worker:
         from cronkeeper.timing.zones import tzdata_version
 
         cfg = self.config
-        backoff = Backoff()
-        while not self._stopping.is_set():
-            try:
-                with self.db.transaction("registering the worker") as conn:
-                    db_attempts.instances_register_worker(
-                        conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
-                        host=socket.gethostname(), pid=_pid(), version=cfg.version,
-                        schedules_digest=cfg.schedules_digest, tzdata_version=tzdata_version(),
-                    )
-                return
-            except DatabaseError:
-                self._stopping.wait(backoff.next())
-
-    def _reap(self) -> None:
-        with self.db.statement("reaping expired leases") as conn:
-            n = db.outbox_reap_expired(conn)
-        if n:
-            log.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
+        self.db.until_done("registering the worker", self._stopping,
+                           lambda conn: db_attempts.instances_register_worker(
+                               conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
+                               host=socket.gethostname(), pid=_pid(), version=cfg.version,
+                               schedules_digest=cfg.schedules_digest,
+                               tzdata_version=tzdata_version()))
 
     def _threshold(self) -> int:
         return max(1, min(self.config.batch_size, self._capacity) // 2)

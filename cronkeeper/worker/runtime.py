@@ -164,6 +164,31 @@ class Database:
     def is_down(self) -> bool:
         return self._down_since is not None
 
+    def until_done(self, action: str, stopping: threading.Event,
+                   work: Callable[[Connection], None]) -> bool:
+        """Run ``work`` in a transaction, again after a backoff while the database is down,
+        until it commits (True) or ``stopping`` is set (False): how a worker or relay
+        registers itself at start."""
+        backoff = Backoff()
+        while not stopping.is_set():
+            try:
+                with self.transaction(action) as conn:
+                    work(conn)
+                return True
+            except DatabaseError:
+                stopping.wait(backoff.next())
+        return False
+
+    def reap_expired(self, logger: logging.Logger) -> None:
+        """Hand back the jobs whose holder stopped renewing its lease (any worker's or relay's):
+        the step every lease holder takes on its reap interval."""
+        from cronkeeper.db.outbox import outbox_reap_expired
+
+        with self.statement("reaping expired leases") as conn:
+            n = outbox_reap_expired(conn)
+        if n:
+            logger.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
+
 
 class Ahead:
     """How many jobs to claim beyond the free threads, so that a stream of fast handlers costs

@@ -21,10 +21,8 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from cronkeeper.db.engine import Engine
 from cronkeeper.db.sessions import (
     AsyncConnection,
     async_connection_drop,
@@ -34,20 +32,13 @@ from cronkeeper.db.sessions import (
     enqueue_async,
     outbox_complete_async,
 )
+from cronkeeper.worker.context import JobFacts
 
 
 @dataclass(eq=False)
-class AsyncJobContext:
+class AsyncJobContext(JobFacts):
     """What an async handler knows about its job: key, attempt (from 1), schedule, scheduled_for."""
 
-    key: str
-    attempt: int
-    schedule: str | None
-    scheduled_for: datetime | None
-    task: str = ""
-    job_id: int | None = None
-    schema: str = "cronkeeper"
-    engine: Engine | None = field(default=None, repr=False)
     on_open: Callable[[AsyncConnection], None] | None = field(default=None, repr=False)
     application_name: str = field(default="cronkeeper-worker", repr=False)
     _conn: AsyncConnection | None = field(default=None, repr=False)

@@ -31,8 +31,9 @@ from cronkeeper.db.engine import (
 
 
 @dataclass(eq=False)
-class JobContext:
-    """What a handler knows about its job: key, attempt (from 1), schedule, scheduled_for."""
+class JobFacts:
+    """What every handler's context knows about its job, sync or async: key, attempt (from 1),
+    schedule, scheduled_for, and where its transaction comes from."""
 
     key: str
     attempt: int
@@ -42,6 +43,12 @@ class JobContext:
     job_id: int | None = None
     schema: str = "cronkeeper"
     engine: Engine | None = field(default=None, repr=False)
+
+
+@dataclass(eq=False)
+class JobContext(JobFacts):
+    """What a handler knows about its job: key, attempt (from 1), schedule, scheduled_for."""
+
     on_open: Callable[[Connection], None] | None = field(default=None, repr=False)
     _conn: Connection | None = field(default=None, repr=False)
 

@@ -92,6 +92,15 @@ class Target(Protocol):
     def close(self) -> None: ...
 
 
+def publish_one(target: Any, job: RelayJob, delivery: Delivery) -> str:
+    """``publish`` for a target whose way to publish is ``publish_many``: a batch of one, its
+    failure raised."""
+    result = target.publish_many([(job, delivery)])[0]
+    if isinstance(result, PublishError):
+        raise result
+    return result
+
+
 # -- target ids ----------------------------------------------------------------------------
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")

@@ -38,6 +38,7 @@ from cronkeeper.relay.targets.base import (
     PublishError,
     RelayJob,
     bullmq_job_id,
+    publish_one,
 )
 
 log = logging.getLogger("cronkeeper.relay.bullmq")
@@ -146,10 +147,7 @@ class BullMQTarget:
                 raise PublishError(f"target '{self.name}': {what}: no answer from Redis") from exc
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
-        result = self.publish_many([(job, delivery)])[0]
-        if isinstance(result, PublishError):
-            raise result
-        return result
+        return publish_one(self, job, delivery)
 
     def publish_many(self, items: list[tuple[RelayJob, Delivery]]) -> list[str | PublishError]:
         """One ``EXISTS`` pipeline for the jobs claimed before, then ``Queue.addBulk`` per queue

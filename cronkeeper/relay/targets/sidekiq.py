@@ -34,6 +34,7 @@ from cronkeeper.relay.targets.base import (
     PermanentPublishError,
     PublishError,
     RelayJob,
+    publish_one,
     sidekiq_jid,
 )
 
@@ -113,10 +114,7 @@ class SidekiqTarget:
         self._redis = r.redis_client(self.url, float(settings.get("socket_timeout", 5)))
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
-        result = self.publish_many([(job, delivery)])[0]
-        if isinstance(result, PublishError):
-            raise result
-        return result
+        return publish_one(self, job, delivery)
 
     def publish_many(self, items: list[tuple[RelayJob, Delivery]]) -> list[str | PublishError]:
         """Every job in one MULTI/EXEC: the batch lands whole or not at all. A job that cannot

@@ -37,4 +37,21 @@ if [ ! -d "$repo/tests/node/node_modules" ]; then
   echo "test-deps: npm ci in tests/node"
   npm ci --prefix "$repo/tests/node" --no-audit --no-fund >/dev/null
 fi
+
+# Whatever could not be installed or started fails here, by name, rather than as a test
+# failure later (a test that needs a tool fails, never skips, when it is missing).
+missing=()
+for tool in promtool pgbouncer redis-server rabbitmq-server sidekiq node npm; do
+  have "$tool" || missing+=("$tool")
+done
+for path in /usr/bin/chromium /usr/bin/chromedriver; do  # the paths tests/test_web_browser.py drives
+  [ -x "$path" ] || missing+=("$path")
+done
+redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || missing+=("redis on 127.0.0.1:6379")
+(exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null || missing+=("rabbitmq on 127.0.0.1:5672")
+[ -d "$repo/tests/node/node_modules" ] || missing+=("tests/node/node_modules (npm ci)")
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "test-deps: still missing: ${missing[*]}" >&2
+  exit 1
+fi
 exit 0

@@ -210,3 +210,41 @@ def _command_schedule_fixture():
 
 
 command_schedule = _command_schedule_fixture()
+
+
+def q(engine, sql, **params):
+    """The rows of one statement: the worker tests' shorthand for reading what happened."""
+    with engine.connect() as conn:
+        return conn.exec_driver_sql(sql, params).all()
+
+
+def _worker_fixtures():
+    import pytest
+
+    @pytest.fixture
+    def runs(engine):
+        """A table the ``count`` handlers write a row into per run (key, the runner's pid)."""
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE runs (key text NOT NULL, pid integer NOT NULL)")
+        return engine
+
+    @pytest.fixture
+    def spawned_workers(database_url, schema):
+        """``start(*args)``: a real worker process; those still running are killed afterwards."""
+        procs = []
+
+        def start(*args: str):
+            proc = spawn_worker(database_url, schema, *args)
+            procs.append(proc)
+            return proc
+
+        yield start
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+    return runs, spawned_workers
+
+
+runs, spawned_workers = _worker_fixtures()

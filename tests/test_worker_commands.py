@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import json
 
-from handlers_for_tests import spawn_worker, wait_until
-
-
-def q(engine, sql, **params):
-    with engine.connect() as conn:
-        return conn.exec_driver_sql(sql, params).all()
+from handlers_for_tests import q, spawn_worker, wait_until
 
 
 def state_of(engine, job):

@@ -9,18 +9,10 @@ import subprocess
 import time
 
 import handlers_for_tests as h
-import pytest
 from handlers_for_tests import cronkeeper_exe, spawn_worker, wait_until
 
 import cronkeeper
 from cronkeeper import testing
-
-
-@pytest.fixture
-def runs(engine):
-    with engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE runs (key text NOT NULL, pid integer NOT NULL)")
-    return engine
 
 
 def count_runs(engine):

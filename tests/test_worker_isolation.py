@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
-from handlers_for_tests import spawn_worker, wait_until
+from handlers_for_tests import q, wait_until
 
 import cronkeeper
 
@@ -20,32 +19,9 @@ FAST = {"base": 0.1, "factor": 2, "max": 0.5}
 
 
 @pytest.fixture
-def workers(database_url, schema):
-    procs: list[subprocess.Popen] = []
-
-    def start(*args: str) -> subprocess.Popen:
-        proc = spawn_worker(database_url, schema, "--import", "handlers_isolation",
-                            "--metrics-address", "off", "--kill-grace", "0.5", *args)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-
-
-@pytest.fixture
-def runs(engine):
-    with engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE runs (key text NOT NULL, pid integer NOT NULL)")
-    return engine
-
-
-def q(engine, sql, **params):
-    with engine.connect() as conn:
-        return conn.exec_driver_sql(sql, params).all()
+def workers(spawned_workers):
+    return lambda *args: spawned_workers("--import", "handlers_isolation", "--metrics-address",
+                                         "off", "--kill-grace", "0.5", *args)
 
 
 def add(engine, schema, task, payload=None, key=None, **kw):

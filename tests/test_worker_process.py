@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 
 import pytest
-from handlers_for_tests import spawn_worker, wait_until
+from handlers_for_tests import q, spawn_worker, wait_until
 
 import cronkeeper
 
@@ -16,31 +15,8 @@ FAST = {"base": 0.2, "factor": 2, "max": 5}
 
 
 @pytest.fixture
-def workers(database_url, schema):
-    procs: list[subprocess.Popen] = []
-
-    def start(*args: str) -> subprocess.Popen:
-        proc = spawn_worker(database_url, schema, *args)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-
-
-@pytest.fixture
-def runs(engine):
-    with engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE runs (key text NOT NULL, pid integer NOT NULL)")
-    return engine
-
-
-def q(engine, sql, **params):
-    with engine.connect() as conn:
-        return conn.exec_driver_sql(sql, params).all()
+def workers(spawned_workers):
+    return spawned_workers
 
 
 def one(engine, sql, **params):

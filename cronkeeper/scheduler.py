@@ -296,8 +296,8 @@ class Scheduler:
             self.conn,
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )
-        return now, dbs.periods_claim_pipelined(self.conn, self._batches(due, now, paused, busy),
-                                                self.term)
+        return now, dbs.periods_claim_copied(self.conn, self._batches(due, now, paused, busy),
+                                             self.term)
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]

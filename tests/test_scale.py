@@ -4,6 +4,7 @@ adoption in fenced batches, and bursts logged as one line."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import uuid
@@ -156,16 +157,37 @@ def test_a_few_decisions_log_a_line_each_and_a_burst_logs_one_summary(caplog) ->
         LOG_EACH_UP_TO + 1)  # each period still at debug
 
 
-def test_a_grouped_claim_writes_each_periods_own_columns() -> None:
+@pytest.mark.parametrize("writer", ["statement", "copy"])
+def test_a_grouped_claim_writes_each_periods_own_columns(writer: str) -> None:
     """A claim sends what periods share (instant, decision, job columns) once per group and
     four values per period; every row written still carries its own schedule, version, key
-    and run_after, and the shared columns of its own group."""
+    and run_after, and the shared columns of its own group. The same through the claim
+    statement and through the tick's COPY, text that COPY must escape included; periods
+    already decided are left out by both (the COPY falls back to the statement)."""
     pg = shared_postgres()
     conn = set_path(pg.connect(), pg.new_schema())
+    odd = "s\\6\tN\n\\N"  # backslash, tab, newline, and COPY's NULL spelled out
+
+    def claim(rows: list[dbs.PeriodRow], term: int) -> list[dbs.Claim]:
+        if writer == "statement":
+            return dbs.periods_claim(conn, rows, term)
+        half = len(rows) // 2  # two batches sharing their groups, as a tick's do
+        groups: list[dbs.ClaimGroup] = []
+        batches = [dbs.claim_batch(part) for part in (rows[:half], rows[half:])]
+        for b in batches:  # re-point each batch at one shared group list
+            for i, n in enumerate(b.group):
+                g = b.groups[n - 1]
+                if g not in groups:
+                    groups.append(g)
+                b.group[i] = groups.index(g) + 1
+            b.groups = groups
+        return [c for _, got in dbs.periods_claim_copied(conn, batches, term) for c in got]
+
     try:
         at = datetime(2026, 1, 1, tzinfo=UTC)
         later = at + timedelta(seconds=30)
-        ids = dbs.versions_insert(conn, [(f"s{i}", "d", "{}") for i in range(6)], at, 1)
+        ids = dbs.versions_insert(conn, [(f"s{i}", "d", "{}") for i in range(6)]
+                                  + [(odd, "d", "{}")], at, 1)
 
         def row(name: str, when: datetime, outcome: str = "emitted", reason: str | None = None,
                 task: str = "t.a", run_after: datetime | None = None) -> dbs.PeriodRow:
@@ -182,8 +204,11 @@ def test_a_grouped_claim_writes_each_periods_own_columns() -> None:
                 row("s5", later, "skipped", "overlap")]
         batch = dbs.claim_batch(rows)
         assert len(batch.groups) == 6 and len(batch) == 7
+        rows.append(row(odd, at)._replace(
+            task="t.\\c\td", owner="o\tp\\N", backoff_json='{"base": 2}',
+            payload_json=json.dumps({"n": "a\tb\\c\nd \\N \u00e9\r"}, ensure_ascii=False)))
         with conn.transaction():
-            claimed = dbs.periods_claim(conn, rows, 1)
+            claimed = claim(rows, 1)
         assert sorted((c[0], c[1], c[2], c[3], c[4] is not None) for c in claimed) == sorted(
             (r.schedule, r.scheduled_for, r.outcome, r.reason, r.outcome == "emitted")
             for r in rows)
@@ -200,7 +225,17 @@ def test_a_grouped_claim_writes_each_periods_own_columns() -> None:
              r.max_attempts, r.run_after, r.timeout, r.backoff_json, r.serial, r.owner)
             for r in rows if r.outcome == "emitted")
         with conn.transaction():  # claimed already: no row back, no job
-            assert dbs.periods_claim(conn, rows, 2) == []
+            assert claim(rows, 2) == []
+        latest = at + timedelta(seconds=60)
+        with conn.transaction():  # some claimed already: only the others come back
+            again = claim([*rows[:3], row("s1", latest), row("s5", latest, "skipped", "misfire")],
+                          2)
+        assert sorted(c[:4] for c in again) == [("s1", latest, "emitted", None),
+                                                ("s5", latest, "skipped", "misfire")]
+        assert conn.execute("SELECT count(*), count(*) FILTER (WHERE term = 2) FROM periods"
+                            ).fetchone() == (len(rows) + 2, 2)
+        assert conn.execute("SELECT array_agg(id) FROM outbox WHERE scheduled_for = %s",
+                            (latest,)).fetchone()[0] == [again[0][4] or again[1][4]]
         with pytest.raises(ValueError, match="<schedule>@<instant>"):
             dbs.claim_batch([rows[0]._replace(key="other")])
     finally:

@@ -137,6 +137,23 @@ def test_the_leaders_claim_and_a_manual_trigger_notify(schema, listener, raw):
     with raw.transaction():  # a period recorded as skipped writes no job
         assert len(dbs.periods_claim(raw, [period(now - timedelta(minutes=9), "skipped")], 1)) == 1
     assert listener() == []
+    # the leader's tick writes by COPY; a conflict falls back to the statement above
+    def copied(rows: list[dbs.PeriodRow]) -> list[dbs.Claim]:
+        with raw.transaction():
+            return [c for _, got in dbs.periods_claim_copied(raw, [dbs.claim_batch(rows)], 1)
+                    for c in got]
+
+    assert len(copied([period(now - timedelta(minutes=m)) for m in range(3, 6)])) == 3
+    assert listener() == [channel]
+    assert copied([period(now - timedelta(minutes=m)) for m in range(3, 6)]) == []
+    assert listener() == []
+    assert len(copied([period(now - timedelta(minutes=19), "skipped")])) == 1
+    assert listener() == []
+    with pytest.raises(RuntimeError), raw.transaction():  # rolled back: no wake-up either
+        dbs.periods_claim_copied(raw, [dbs.claim_batch([period(now - timedelta(minutes=29))])], 1)
+        raise RuntimeError("the tick failed after its claims")
+    assert listener() == [] and copied([period(now - timedelta(minutes=29))]) != []
+    assert listener() == [channel]
     with raw.transaction():
         dbs.outbox_insert_manual(raw, period(now + timedelta(seconds=1)))
     assert listener() == [channel]

@@ -3,15 +3,16 @@ jobs, and the facts a decision needs (paused, previous job unfinished)."""
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
 import psycopg
 
-from cronkeeper.db.wake import wake
+from cronkeeper.db.wake import CHANNEL_SQL, wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,110 @@ def periods_claim_pipelined(
             if len(batch):
                 sent.append((batch, _claim_send(conn, batch, term)))
     return [(batch, cur.fetchall()) for batch, cur in sent]
+
+
+def periods_claim_copied(
+    conn: psycopg.Connection, batches: Iterable[ClaimBatch], term: int
+) -> list[tuple[ClaimBatch, list[Claim]]]:
+    """``periods_claim_pipelined``'s result, written by two ``COPY``s (periods, then the jobs of
+    the emitted ones), which cost the server about a third less per period than the claim
+    statement and the leader a third as much: no array to unpack, no ``ON CONFLICT`` check
+    before each insert, no join of periods to jobs. It is the common case, a leader deciding
+    periods nobody has decided, made cheap; the unique constraints still decide: a period or a
+    key someone else holds fails the whole COPY, which is rolled back (to a savepoint inside
+    the tick's transaction) and the same batches are claimed again by the claim statement,
+    whose ``ON CONFLICT`` leaves the taken ones out. Call it inside the tick's transaction."""
+    todo = iter(batches)
+    sent: list[ClaimBatch] = []
+    try:
+        with conn.transaction(), conn.cursor() as cur:  # a savepoint: a conflict undoes both
+            with cur.copy(_COPY_PERIODS) as copy:
+                for batch in todo:  # each batch streams to the server as it is drawn
+                    if len(batch):
+                        sent.append(batch)
+                        copy.write(_period_lines(batch, term))
+            jobs = sum(_emitting(batch) for batch in sent)
+            if not jobs:
+                return [(batch, _job_lines(batch, iter(()))[0]) for batch in sent]
+            ids = iter(cur.execute(_NEXT_IDS, (jobs,)).fetchone()[0])
+            claims = []
+            with cur.copy(_COPY_JOBS) as copy:
+                for batch in sent:  # the server writes one batch while the next is made
+                    claimed, lines = _job_lines(batch, ids)
+                    copy.write(lines)
+                    claims.append((batch, claimed))
+            cur.execute(_WAKE_NOW)
+    except psycopg.errors.UniqueViolation:
+        return periods_claim_pipelined(conn, itertools.chain(sent, todo), term)
+    return claims
+
+
+# COPY's text format: a field is its text with backslash, tab, newline and carriage return
+# escaped; \N is NULL. Timestamps go as ISO 8601 with their offset.
+_COPY_ESCAPE = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_COPY_PERIODS = ("COPY periods (schedule, scheduled_for, version_id, outcome, reason, term) "
+                 "FROM STDIN")
+_COPY_JOBS = ("COPY outbox (id, idempotency_key, schedule, scheduled_for, version_id, run_after, "
+              "task, payload, max_attempts, timeout_seconds, backoff, serial, owner) FROM STDIN")
+_NEXT_IDS = "SELECT array_agg(nextval('outbox_id_seq')) FROM generate_series(1, %s)"
+_WAKE_NOW = f"SELECT pg_notify({CHANNEL_SQL}, '')"
+
+
+def _field(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    if value is True or value is False:
+        return "t" if value else "f"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value).translate(_COPY_ESCAPE)
+
+
+def _names(batch: ClaimBatch) -> list[str]:
+    """The batch's schedule names escaped for COPY, in one pass over all of them (a name
+    cannot hold NUL: PostgreSQL's text refuses it)."""
+    return "\0".join(batch.schedule).translate(_COPY_ESCAPE).split("\0")
+
+
+def _period_lines(batch: ClaimBatch, term: int) -> str:
+    heads = [f"\t{_field(g.scheduled_for)}\t" for g in batch.groups]
+    tails = [f"\t{g.outcome}\t{_field(g.reason)}\t{term}\n" for g in batch.groups]
+    return "".join([
+        f"{name}{heads[n - 1]}{version}{tails[n - 1]}"
+        for name, version, n in zip(_names(batch), batch.version_id, batch.group, strict=True)
+    ])
+
+
+def _writes_job(group: ClaimGroup) -> bool:
+    """The claim statement's rule: an emitted period with a task gets a job."""
+    return group.outcome == "emitted" and group.job is not None and group.job.task is not None
+
+
+def _emitting(batch: ClaimBatch) -> int:
+    writes = [_writes_job(g) for g in batch.groups]
+    return sum(1 for n in batch.group if writes[n - 1])
+
+
+def _job_lines(batch: ClaimBatch, ids: Iterator[int]) -> tuple[list[Claim], str]:
+    """A batch's claims, and the COPY lines of its jobs, which take their ids from ``ids``."""
+    groups = batch.groups
+    ats = [_field(g.scheduled_for) for g in groups]
+    tails = ["\t".join(map(_field, g.job)) + "\n" if _writes_job(g) else None  # type: ignore[arg-type]
+             for g in groups]
+    lines: list[str] = []
+    claims: list[Claim] = []
+    for name, escaped, version, n, run_after in zip(
+            batch.schedule, _names(batch), batch.version_id, batch.group, batch.run_after,
+            strict=True):
+        g, tail = groups[n - 1], tails[n - 1]
+        job_id = None
+        if tail is not None:
+            job_id = next(ids)
+            at = ats[n - 1]
+            lines.append(f"{job_id}\t{escaped}@{g.stamp}\t{escaped}\t{at}\t{version}\t"
+                         f"{at if run_after is None else _field(run_after)}\t{tail}")
+        claims.append((name, g.scheduled_for, g.outcome, g.reason, job_id))
+    return claims, "".join(lines)
 
 
 def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:

@@ -59,7 +59,10 @@ def _rows(schedule: str, version: int, start: datetime, n: int) -> list[dbs.Peri
     return rows
 
 
-def test_concurrent_periods_claim_from_two_connections_one_job_per_period(pg_schema):
+@pytest.mark.parametrize("writer", ["statement", "copy"])
+def test_concurrent_periods_claim_from_two_connections_one_job_per_period(pg_schema, writer):
+    """Through the claim statement, and through the leader's COPY (whose loser fails on the
+    unique index, waits for nothing more and falls back to the statement)."""
     pg, schema = pg_schema
     conns = [set_path(pg.connect(), schema) for _ in range(2)]
     try:
@@ -75,7 +78,11 @@ def test_concurrent_periods_claim_from_two_connections_one_job_per_period(pg_sch
             def claim(i: int, batches=batches, barrier=barrier, results=results) -> None:
                 with conns[i].transaction():
                     barrier.wait(10)
-                    results[i] = dbs.periods_claim(conns[i], batches[i], term=10 + i)
+                    if writer == "statement":
+                        results[i] = dbs.periods_claim(conns[i], batches[i], term=10 + i)
+                    else:
+                        results[i] = [c for _, got in dbs.periods_claim_copied(
+                            conns[i], [dbs.claim_batch(batches[i])], term=10 + i) for c in got]
 
             threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
             for t in threads:

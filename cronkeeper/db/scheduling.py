@@ -245,9 +245,10 @@ def periods_claim_copied(
     conn: psycopg.Connection, batches: Iterable[ClaimBatch], term: int
 ) -> list[tuple[ClaimBatch, list[Claim]]]:
     """``periods_claim_pipelined``'s result, written by two ``COPY``s (periods, then the jobs of
-    the emitted ones), which cost the server about a third less per period than the claim
-    statement and the leader a third as much: no array to unpack, no ``ON CONFLICT`` check
-    before each insert, no join of periods to jobs. It is the common case, a leader deciding
+    the emitted ones), which cost the server and the leader each about a quarter less per
+    period than the claim statement (docs/guarantees.md, "Third pass"): no array to bind or
+    unpack, no ``ON CONFLICT`` check before each insert, no join of periods to jobs; each batch
+    streams to the server as it is planned. It is the common case, a leader deciding
     periods nobody has decided, made cheap; the unique constraints still decide: a period or a
     key someone else holds fails the whole COPY, which is rolled back (to a savepoint inside
     the tick's transaction) and the same batches are claimed again by the claim statement,

@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from cronkeeper.backoff import period_jitter
@@ -277,9 +277,10 @@ class Scheduler:
             for schedule, scheduled_for, outcome, reason, job_id in claimed:
                 key = (scheduled_for, outcome, reason)
                 decision = decided.get(key)
-                if decision is None:
-                    decision = decided[key] = Decision(scheduled_for, _OUTCOMES[outcome],
-                                                       _REASONS[reason])
+                if decision is None:  # in UTC whichever way it was written (COPY: as planned;
+                    # the claim statement: as read back, in the session's time zone)
+                    decision = decided[key] = Decision(scheduled_for.astimezone(UTC),
+                                                       _OUTCOMES[outcome], _REASONS[reason])
                 report.decisions.append((schedule, decision, job_id))
         if self.on_tick is not None:
             self.on_tick(report)
@@ -297,7 +298,7 @@ class Scheduler:
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )
         return now, dbs.periods_claim_copied(self.conn, self._batches(due, now, paused, busy),
-                                             self.term)
+                                             self.term, self.on_progress)
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]

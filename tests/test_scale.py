@@ -9,6 +9,7 @@ import logging
 import math
 import uuid
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from daemon_harness import schedule_toml, set_path, shared_postgres, wait_for, write_schedules
@@ -158,7 +159,7 @@ def test_a_few_decisions_log_a_line_each_and_a_burst_logs_one_summary(caplog) ->
 
 
 @pytest.mark.parametrize("writer", ["statement", "copy"])
-def test_a_grouped_claim_writes_each_periods_own_columns(writer: str) -> None:
+def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatch) -> None:
     """A claim sends what periods share (instant, decision, job columns) once per group and
     four values per period; every row written still carries its own schedule, version, key
     and run_after, and the shared columns of its own group. The same through the claim
@@ -181,7 +182,11 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str) -> None:
                     groups.append(g)
                 b.group[i] = groups.index(g) + 1
             b.groups = groups
-        return [c for _, got in dbs.periods_claim_copied(conn, batches, term) for c in got]
+        return [c for _, got in dbs.periods_claim_copied(conn, batches, term,
+                                                         lambda: beats.append(1))
+                for c in got]
+
+    beats: list[int] = []  # the stall watchdog's heartbeats from the COPY path
 
     try:
         at = datetime(2026, 1, 1, tzinfo=UTC)
@@ -206,9 +211,18 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str) -> None:
         assert len(batch.groups) == 6 and len(batch) == 7
         rows.append(row(odd, at)._replace(
             task="t.\\c\td", owner="o\tp\\N", backoff_json='{"base": 2}',
-            payload_json=json.dumps({"n": "a\tb\\c\nd \\N \u00e9\r"}, ensure_ascii=False)))
+            payload_json=json.dumps({"n": "a\tb\\c\nd \\N \u00e9\r"}, ensure_ascii=False),
+            run_after=(at + timedelta(seconds=3, microseconds=123457)).astimezone(
+                ZoneInfo("America/New_York"))))  # jitter: microseconds, and any zone
+        if writer == "copy":  # these are new: the COPY writes them, never the statement
+            def refuse(*_: object) -> None:
+                raise AssertionError("the claim statement ran for periods nobody had decided")
+
+            monkeypatch.setattr(dbs, "periods_claim_pipelined", refuse)
         with conn.transaction():
             claimed = claim(rows, 1)
+        monkeypatch.undo()
+        assert writer == "statement" or len(beats) == 2  # a beat per batch of jobs
         assert sorted((c[0], c[1], c[2], c[3], c[4] is not None) for c in claimed) == sorted(
             (r.schedule, r.scheduled_for, r.outcome, r.reason, r.outcome == "emitted")
             for r in rows)
@@ -226,6 +240,7 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str) -> None:
             for r in rows if r.outcome == "emitted")
         with conn.transaction():  # claimed already: no row back, no job
             assert claim(rows, 2) == []
+        assert writer == "statement" or len(beats) == 3  # and one before the fallback
         latest = at + timedelta(seconds=60)
         with conn.transaction():  # some claimed already: only the others come back
             again = claim([*rows[:3], row("s1", latest), row("s5", latest, "skipped", "misfire")],

@@ -3,9 +3,10 @@ jobs, and the facts a decision needs (paused, previous job unfinished)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -242,7 +243,8 @@ def periods_claim_pipelined(
 
 
 def periods_claim_copied(
-    conn: psycopg.Connection, batches: Iterable[ClaimBatch], term: int
+    conn: psycopg.Connection, batches: Iterable[ClaimBatch], term: int,
+    progress: Callable[[], None] | None = None,
 ) -> list[tuple[ClaimBatch, list[Claim]]]:
     """``periods_claim_pipelined``'s result, written by two ``COPY``s (periods, then the jobs of
     the emitted ones), which cost the server and the leader each about a quarter less per
@@ -252,28 +254,36 @@ def periods_claim_copied(
     periods nobody has decided, made cheap; the unique constraints still decide: a period or a
     key someone else holds fails the whole COPY, which is rolled back (to a savepoint inside
     the tick's transaction) and the same batches are claimed again by the claim statement,
-    whose ``ON CONFLICT`` leaves the taken ones out. Call it inside the tick's transaction."""
+    whose ``ON CONFLICT`` leaves the taken ones out. Call it inside the tick's transaction.
+    ``progress`` is called as each batch of jobs goes out and before a fallback (the stall
+    watchdog's heartbeat; the caller's batches report their own as they are drawn)."""
     todo = iter(batches)
     sent: list[ClaimBatch] = []
+    texts = _GroupTexts(term)
     try:
         with conn.transaction(), conn.cursor() as cur:  # a savepoint: a conflict undoes both
             with cur.copy(_COPY_PERIODS) as copy:
                 for batch in todo:  # each batch streams to the server as it is drawn
                     if len(batch):
                         sent.append(batch)
-                        copy.write(_period_lines(batch, term))
-            jobs = sum(_emitting(batch) for batch in sent)
-            if not jobs:
-                return [(batch, _job_lines(batch, iter(()))[0]) for batch in sent]
-            ids = iter(cur.execute(_NEXT_IDS, (jobs,)).fetchone()[0])
+                        copy.write(_period_lines(batch, texts.of(batch.groups)))
+            jobs = sum(_emitting(batch, texts.of(batch.groups)) for batch in sent)
+            ids = iter(cur.execute(_NEXT_IDS, (jobs,)).fetchone()[0] if jobs else ())
             claims = []
-            with cur.copy(_COPY_JOBS) as copy:
+            with contextlib.ExitStack() as stack:
+                copy = stack.enter_context(cur.copy(_COPY_JOBS)) if jobs else None
                 for batch in sent:  # the server writes one batch while the next is made
-                    claimed, lines = _job_lines(batch, ids)
-                    copy.write(lines)
+                    claimed, lines = _job_lines(batch, texts.of(batch.groups), ids)
+                    if copy is not None:
+                        copy.write(lines)
+                        if progress is not None:
+                            progress()
                     claims.append((batch, claimed))
-            cur.execute(_WAKE_NOW)
+            if jobs:
+                cur.execute(_WAKE_NOW)
     except psycopg.errors.UniqueViolation:
+        if progress is not None:
+            progress()
         return periods_claim_pipelined(conn, itertools.chain(sent, todo), term)
     return claims
 
@@ -299,17 +309,39 @@ def _field(value: Any) -> str:
     return str(value).translate(_COPY_ESCAPE)
 
 
+class _GroupText(NamedTuple):
+    instant: str  # scheduled_for as COPY text
+    period_tail: str  # the period line after its version: outcome, reason, term
+    job_tail: str | None  # the job line after its run_after; None: the group writes no job
+
+
+class _GroupTexts:
+    """Each group's COPY text, made once per claim call: a tick's batches share one growing
+    list of groups (thousands when each schedule has its own task), so formatting them per
+    batch would repeat the work for every batch."""
+
+    def __init__(self, term: int) -> None:
+        self.term = term
+        self.by_list: dict[int, list[_GroupText]] = {}  # the lists stay alive in the batches
+
+    def of(self, groups: list[ClaimGroup]) -> list[_GroupText]:
+        texts = self.by_list.setdefault(id(groups), [])
+        for g in groups[len(texts):]:
+            job = "\t".join(map(_field, g.job)) + "\n" if _writes_job(g) else None  # type: ignore[arg-type]
+            texts.append(_GroupText(_field(g.scheduled_for),
+                                    f"\t{g.outcome}\t{_field(g.reason)}\t{self.term}\n", job))
+        return texts
+
+
 def _names(batch: ClaimBatch) -> list[str]:
     """The batch's schedule names escaped for COPY, in one pass over all of them (a name
     cannot hold NUL: PostgreSQL's text refuses it)."""
     return "\0".join(batch.schedule).translate(_COPY_ESCAPE).split("\0")
 
 
-def _period_lines(batch: ClaimBatch, term: int) -> str:
-    heads = [f"\t{_field(g.scheduled_for)}\t" for g in batch.groups]
-    tails = [f"\t{g.outcome}\t{_field(g.reason)}\t{term}\n" for g in batch.groups]
+def _period_lines(batch: ClaimBatch, texts: list[_GroupText]) -> str:
     return "".join([
-        f"{name}{heads[n - 1]}{version}{tails[n - 1]}"
+        f"{name}\t{texts[n - 1].instant}\t{version}{texts[n - 1].period_tail}"
         for name, version, n in zip(_names(batch), batch.version_id, batch.group, strict=True)
     ])
 
@@ -319,29 +351,26 @@ def _writes_job(group: ClaimGroup) -> bool:
     return group.outcome == "emitted" and group.job is not None and group.job.task is not None
 
 
-def _emitting(batch: ClaimBatch) -> int:
-    writes = [_writes_job(g) for g in batch.groups]
-    return sum(1 for n in batch.group if writes[n - 1])
+def _emitting(batch: ClaimBatch, texts: list[_GroupText]) -> int:
+    return sum(1 for n in batch.group if texts[n - 1].job_tail is not None)
 
 
-def _job_lines(batch: ClaimBatch, ids: Iterator[int]) -> tuple[list[Claim], str]:
+def _job_lines(batch: ClaimBatch, texts: list[_GroupText],
+               ids: Iterator[int]) -> tuple[list[Claim], str]:
     """A batch's claims, and the COPY lines of its jobs, which take their ids from ``ids``."""
     groups = batch.groups
-    ats = [_field(g.scheduled_for) for g in groups]
-    tails = ["\t".join(map(_field, g.job)) + "\n" if _writes_job(g) else None  # type: ignore[arg-type]
-             for g in groups]
     lines: list[str] = []
     claims: list[Claim] = []
     for name, escaped, version, n, run_after in zip(
             batch.schedule, _names(batch), batch.version_id, batch.group, batch.run_after,
             strict=True):
-        g, tail = groups[n - 1], tails[n - 1]
+        g, text = groups[n - 1], texts[n - 1]
         job_id = None
-        if tail is not None:
+        if text.job_tail is not None:
             job_id = next(ids)
-            at = ats[n - 1]
+            at = text.instant
             lines.append(f"{job_id}\t{escaped}@{g.stamp}\t{escaped}\t{at}\t{version}\t"
-                         f"{at if run_after is None else _field(run_after)}\t{tail}")
+                         f"{at if run_after is None else _field(run_after)}\t{text.job_tail}")
         claims.append((name, g.scheduled_for, g.outcome, g.reason, job_id))
     return claims, "".join(lines)
 

@@ -270,7 +270,7 @@ def bench_apscheduler(pg: PrivatePostgres, n: int, threads: int) -> tuple:
 
 def machine_speed() -> str:
     """A yardstick for comparing runs made on different days: a shared virtual machine's CPU
-    speed moves by more than these figures' differences (1.6x between two days here)."""
+    speed moves by more than these figures' differences (about 2x between two days here)."""
     best = math.inf
     for _ in range(3):
         start = time.process_time()

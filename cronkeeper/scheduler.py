@@ -40,7 +40,7 @@ MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over severa
 # periods a tick tripped a 2 s --stall-timeout there: tests/test_daemon_resilience.py); a bigger
 # burst is decided over consecutive ticks, each committed alone.
 MAX_PERIODS_PER_TICK = 5_000
-BATCH_ROWS = 1_000  # periods per claim statement (pipelined; each is planned afresh, ~0.5 ms)
+BATCH_ROWS = 1_000  # periods per batch: a chunk of the tick's COPY, or one claim statement
 ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
 LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
 
@@ -321,7 +321,7 @@ class Scheduler:
                 decisions = plan(state.spec, periods, now, paused=is_paused, busy=is_busy)
                 job = state.family.job
                 planned = plans[key] = (decisions, [
-                    _group_of(claim_group(d, job), groups, group_index) for d in decisions])
+                    dbs.group_number(claim_group(d, job), groups, group_index) for d in decisions])
             decisions, indexes = planned
             n = len(indexes)
             if n == 1:  # the common case, without the iterators
@@ -362,15 +362,6 @@ class Scheduler:
         family = Family(spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap, spec.jitter,
                         job_columns(spec))
         return self._families.setdefault(family, family)
-
-
-def _group_of(group: dbs.ClaimGroup, groups: list[dbs.ClaimGroup],
-              index: dict[dbs.ClaimGroup, int]) -> int:
-    n = index.get(group)
-    if n is None:
-        groups.append(group)
-        n = index[group] = len(groups)  # 1-based, as SQL's ordinality
-    return n
 
 
 def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:

@@ -375,6 +375,16 @@ def _job_lines(batch: ClaimBatch, texts: list[_GroupText],
     return claims, "".join(lines)
 
 
+def group_number(group: ClaimGroup, groups: list[ClaimGroup],
+                 index: dict[ClaimGroup, int]) -> int:
+    """The (1-based) number of ``group`` in ``groups``, appended (and indexed) when new."""
+    n = index.get(group)
+    if n is None:
+        groups.append(group)
+        n = index[group] = len(groups)
+    return n
+
+
 def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:
     """The claim columns of ``PeriodRow``s (the operator's backfill, tests), grouped."""
     groups: list[ClaimGroup] = []
@@ -387,14 +397,10 @@ def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:
         stamp = r.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
         if emitted and r.key != f"{r.schedule}@{stamp}":
             raise ValueError(f"a period's job key is <schedule>@<instant>, not {r.key!r}")
-        group = ClaimGroup(r.scheduled_for, stamp, r.outcome, r.reason, job)
-        n = index.get(group)
-        if n is None:
-            groups.append(group)
-            n = index[group] = len(groups)
         batch.schedule.append(r.schedule)
         batch.version_id.append(r.version_id)
-        batch.group.append(n)
+        batch.group.append(group_number(
+            ClaimGroup(r.scheduled_for, stamp, r.outcome, r.reason, job), groups, index))
         batch.run_after.append(None if r.run_after == r.scheduled_for else r.run_after)
     return batch
 

@@ -8,11 +8,20 @@ under cProfile, top functions by cumulative and own time):
 2. lead: win the lock, ``load_versions``, ``tick_until_current``, ``adopt`` (every version row);
 3. burst: wait for the next instant all N fall due at, then ``tick`` until it is decided.
 
+With ``--floor``, the COPY text the leader sent during the burst is kept and then replayed,
+tick by tick (one transaction each, as sent), into fresh schemas on the same server, with no
+leader work at all: what the server alone needs for the burst (CPU and wall, the commits'
+share), as the schema is and with each secondary index dropped in turn, then all of them
+(``--floor-runs`` rounds). It answers "how far can the leader's side still go" and "what does
+each index cost". (The replay sends no heartbeat, id or NOTIFY statement, only the COPYs; the
+kept text, about 25 MB at 100,000, counts in the burst's peak RSS printed.)
+
 With ``--memory``, tracemalloc runs from before the load to after the burst (much slower, so
 times are not comparable then) and prints the bytes held per schedule after each phase, with
 the allocating lines that hold the most.
 
     .venv/bin/python benchmarks/profile_leader.py [--schedules 100000] [--profile] [--memory]
+        [--floor [--floor-runs 2]]
 """
 
 from __future__ import annotations
@@ -28,7 +37,11 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -91,6 +104,84 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# The burst's secondary indexes (every index but the primary keys), and how to drop each.
+SECONDARY = {
+    "periods_decided_at": "DROP INDEX periods_decided_at",
+    "outbox_idempotency_key": "ALTER TABLE outbox DROP CONSTRAINT outbox_idempotency_key_key",
+    "outbox_available": "DROP INDEX outbox_available",
+    "outbox_unfinished_by_schedule": "DROP INDEX outbox_unfinished_by_schedule",
+    "outbox_schedule_period": "DROP INDEX outbox_schedule_period",
+}
+
+
+@contextmanager
+def copies_kept(kept: list[tuple[str, list[bytes | str]]]) -> Iterator[None]:
+    """Every COPY run through psycopg meanwhile, with the data written to it, appended to
+    ``kept`` as (statement, chunks): the exact text the leader sent."""
+    original = psycopg.Cursor.copy
+
+    @contextmanager
+    def tee(cursor: psycopg.Cursor, statement: str, *args: object, **kwargs: object):
+        chunks: list[bytes | str] = []
+        with original(cursor, statement, *args, **kwargs) as copy:
+            write = copy.write
+
+            def write_kept(data: bytes | str) -> None:
+                chunks.append(data)
+                write(data)
+
+            copy.write = write_kept  # type: ignore[method-assign]
+            yield copy
+        kept.append((statement, chunks))
+
+    psycopg.Cursor.copy = tee  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        psycopg.Cursor.copy = original  # type: ignore[method-assign]
+
+
+def replay(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]],
+           drop: list[str]) -> tuple[float, float, float]:
+    """The ticks' COPYs replayed into a fresh schema (less the indexes ``drop`` names), one
+    transaction per tick: (wall s, server backend CPU s, wall s spent in the commits)."""
+    conn = dbl.lock_connect(normalize_url(pg.url), pg.new_schema(), "cronkeeper-floor")
+    try:
+        for statement in drop:
+            conn.execute(statement)
+        backend = dbl.backend_pid(conn)
+        cpu = _cpu_seconds(backend)
+        commits = 0.0
+        start = time.perf_counter()
+        for tick in ticks:
+            conn.execute("BEGIN")
+            with conn.cursor() as cur:
+                for statement, chunks in tick:
+                    with cur.copy(statement) as copy:
+                        for chunk in chunks:
+                            copy.write(chunk)
+            before = time.perf_counter()
+            conn.execute("COMMIT")
+            commits += time.perf_counter() - before
+        return time.perf_counter() - start, _cpu_seconds(backend) - cpu, commits
+    finally:
+        conn.close()
+
+
+def floor(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]],
+          runs: int) -> None:
+    variants = {"the schema as it is": [], **{f"without {name}": [statement] for name, statement
+                                              in SECONDARY.items()},
+                "without all five": list(SECONDARY.values())}
+    print(f"[floor] the burst's own COPY text ({len(ticks)} ticks) replayed with no leader "
+          "work, one transaction per tick:")
+    for _ in range(runs):
+        for name, drop in variants.items():
+            wall, cpu, commits = replay(pg, ticks, drop)
+            print(f"[floor] {name:40} {wall:5.2f} s wall, server CPU {cpu:5.2f} s, "
+                  f"commits {commits:5.2f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=100_000)
@@ -98,6 +189,8 @@ def main() -> None:
     parser.add_argument("--form", choices=["cron6", "every"], default="cron6")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory", action="store_true")
+    parser.add_argument("--floor", action="store_true")
+    parser.add_argument("--floor-runs", type=int, default=2)
     args = parser.parse_args()
     n = args.schedules
 
@@ -131,9 +224,13 @@ def main() -> None:
         decided = 0
         backend = dbl.backend_pid(conn)
         server_cpu = _cpu_seconds(backend)
-        with Phase("burst", args.profile, n):
+        kept: list[tuple[str, list[bytes | str]]] = []
+        ticks: list[list[tuple[str, list[bytes | str]]]] = []
+        with Phase("burst", args.profile, n), copies_kept(kept) if args.floor else _nothing():
             while decided < n:
                 decided += len(scheduler.tick().decisions)
+                ticks.append(kept[:])
+                kept.clear()
         server_cpu = _cpu_seconds(backend) - server_cpu
         print(f"[burst] {server_cpu:.2f} s CPU in the server backend that ran the statements")
         lags = conn.execute(
@@ -143,8 +240,15 @@ def main() -> None:
         print(f"burst: {decided} periods decided (every {EVERY} s); commit lag first "
               f"{float(lags[0]) * 1000:.0f} ms, last {float(lags[1]) * 1000:.0f} ms")
         conn.close()
+        if args.floor:
+            floor(pg, [tick for tick in ticks if tick], args.floor_runs)
     finally:
         pg.stop()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 if __name__ == "__main__":

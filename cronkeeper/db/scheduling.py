@@ -258,22 +258,23 @@ def periods_claim_copied(
     ``progress`` is called as each batch of jobs goes out and before a fallback (the stall
     watchdog's heartbeat; the caller's batches report their own as they are drawn)."""
     todo = iter(batches)
-    sent: list[ClaimBatch] = []
+    sent: list[tuple[ClaimBatch, list[str]]] = []  # each batch with its names escaped
     texts = _GroupTexts(term)
     try:
         with conn.transaction(), conn.cursor() as cur:  # a savepoint: a conflict undoes both
             with cur.copy(_COPY_PERIODS) as copy:
                 for batch in todo:  # each batch streams to the server as it is drawn
                     if len(batch):
-                        sent.append(batch)
-                        copy.write(_period_lines(batch, texts.of(batch.groups)))
-            jobs = sum(_emitting(batch, texts.of(batch.groups)) for batch in sent)
+                        names = _names(batch)
+                        sent.append((batch, names))
+                        copy.write(_period_lines(batch, names, texts.of(batch.groups)))
+            jobs = sum(_emitting(batch, texts.of(batch.groups)) for batch, _ in sent)
             ids = iter(cur.execute(_NEXT_IDS, (jobs,)).fetchone()[0] if jobs else ())
             claims = []
             with contextlib.ExitStack() as stack:
                 copy = stack.enter_context(cur.copy(_COPY_JOBS)) if jobs else None
-                for batch in sent:  # the server writes one batch while the next is made
-                    claimed, lines = _job_lines(batch, texts.of(batch.groups), ids)
+                for batch, names in sent:  # the server writes one batch while the next is made
+                    claimed, lines = _job_lines(batch, names, texts.of(batch.groups), ids)
                     if copy is not None:
                         copy.write(lines)
                         if progress is not None:
@@ -284,7 +285,7 @@ def periods_claim_copied(
     except psycopg.errors.UniqueViolation:
         if progress is not None:
             progress()
-        return periods_claim_pipelined(conn, itertools.chain(sent, todo), term)
+        return periods_claim_pipelined(conn, itertools.chain((b for b, _ in sent), todo), term)
     return claims
 
 
@@ -339,10 +340,10 @@ def _names(batch: ClaimBatch) -> list[str]:
     return "\0".join(batch.schedule).translate(_COPY_ESCAPE).split("\0")
 
 
-def _period_lines(batch: ClaimBatch, texts: list[_GroupText]) -> str:
+def _period_lines(batch: ClaimBatch, names: list[str], texts: list[_GroupText]) -> str:
     return "".join([
         f"{name}\t{texts[n - 1].instant}\t{version}{texts[n - 1].period_tail}"
-        for name, version, n in zip(_names(batch), batch.version_id, batch.group, strict=True)
+        for name, version, n in zip(names, batch.version_id, batch.group, strict=True)
     ])
 
 
@@ -355,14 +356,15 @@ def _emitting(batch: ClaimBatch, texts: list[_GroupText]) -> int:
     return sum(1 for n in batch.group if texts[n - 1].job_tail is not None)
 
 
-def _job_lines(batch: ClaimBatch, texts: list[_GroupText],
+def _job_lines(batch: ClaimBatch, names: list[str], texts: list[_GroupText],
                ids: Iterator[int]) -> tuple[list[Claim], str]:
-    """A batch's claims, and the COPY lines of its jobs, which take their ids from ``ids``."""
+    """A batch's claims, and the COPY lines of its jobs (``names``: the batch's names escaped),
+    which take their ids from ``ids``."""
     groups = batch.groups
     lines: list[str] = []
     claims: list[Claim] = []
     for name, escaped, version, n, run_after in zip(
-            batch.schedule, _names(batch), batch.version_id, batch.group, batch.run_after,
+            batch.schedule, names, batch.version_id, batch.group, batch.run_after,
             strict=True):
         g, text = groups[n - 1], texts[n - 1]
         job_id = None

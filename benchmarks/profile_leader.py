@@ -38,7 +38,7 @@ import tempfile
 import time
 import tracemalloc
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import psycopg
@@ -46,7 +46,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from burst_vs_apscheduler import EVERY, write_files  # noqa: E402
+from burst_vs_apscheduler import EVERY, cpu_seconds, write_files  # noqa: E402
 from daemon_harness import PrivatePostgres  # noqa: E402
 
 from cronkeeper import clock  # noqa: E402
@@ -98,12 +98,6 @@ class Phase:
                 print("\n".join("  " + line for line in lines[start:start + 15] if line.strip()))
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a local process (/proc/PID/stat), e.g. the server backend."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 # The burst's secondary indexes (every index but the primary keys), and how to drop each.
 SECONDARY = {
     "periods_decided_at": "DROP INDEX periods_decided_at",
@@ -150,7 +144,7 @@ def replay(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]]
         for statement in drop:
             conn.execute(statement)
         backend = dbl.backend_pid(conn)
-        cpu = _cpu_seconds(backend)
+        cpu = cpu_seconds(backend)
         commits = 0.0
         start = time.perf_counter()
         for tick in ticks:
@@ -163,7 +157,7 @@ def replay(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]]
             before = time.perf_counter()
             conn.execute("COMMIT")
             commits += time.perf_counter() - before
-        return time.perf_counter() - start, _cpu_seconds(backend) - cpu, commits
+        return time.perf_counter() - start, cpu_seconds(backend) - cpu, commits
     finally:
         conn.close()
 
@@ -223,15 +217,15 @@ def main() -> None:
             time.sleep(0.05)
         decided = 0
         backend = dbl.backend_pid(conn)
-        server_cpu = _cpu_seconds(backend)
+        server_cpu = cpu_seconds(backend)
         kept: list[tuple[str, list[bytes | str]]] = []
         ticks: list[list[tuple[str, list[bytes | str]]]] = []
-        with Phase("burst", args.profile, n), copies_kept(kept) if args.floor else _nothing():
+        with Phase("burst", args.profile, n), copies_kept(kept) if args.floor else nullcontext():
             while decided < n:
                 decided += len(scheduler.tick().decisions)
                 ticks.append(kept[:])
                 kept.clear()
-        server_cpu = _cpu_seconds(backend) - server_cpu
+        server_cpu = cpu_seconds(backend) - server_cpu
         print(f"[burst] {server_cpu:.2f} s CPU in the server backend that ran the statements")
         lags = conn.execute(
             "SELECT extract(epoch FROM min(pg_xact_commit_timestamp(xmin)) - %(d)s),"
@@ -245,10 +239,6 @@ def main() -> None:
     finally:
         pg.stop()
 
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 if __name__ == "__main__":

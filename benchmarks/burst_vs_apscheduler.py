@@ -23,6 +23,12 @@ own default executor has 10 threads; on the 2-CPU development machine (quiet, 15
 its p99 was 10.3-11.3 s with 10 threads, 7.7 s with 30, 7.4 s with 100 and 11.5 s with 300, so
 the default here is 100, its best measured.
 
+cronkeeper runs at its defaults but one, ``--metrics-address off`` (the test harness's daemon;
+observing a burst of 100,000 with metrics on costs the leader about 0.4 s more CPU,
+docs/operations.md). Defaults and tuned are the same run here: no option changes how a burst is
+written (a tick's size is a constant; ticks of 10,000 instead of 5,000 measured no gain,
+docs/guarantees.md "Third pass").
+
     .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
     .venv/bin/python benchmarks/burst_vs_apscheduler.py [10000 100000 | --schedules 10000 100000]
         [--peer-at 10000] [--per-file 1000] [--form cron6|every] [--aps-threads 100]

@@ -174,13 +174,10 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
             return dbs.periods_claim(conn, rows, term)
         half = len(rows) // 2  # two batches sharing their groups, as a tick's do
         groups: list[dbs.ClaimGroup] = []
+        index: dict[dbs.ClaimGroup, int] = {}
         batches = [dbs.claim_batch(part) for part in (rows[:half], rows[half:])]
         for b in batches:  # re-point each batch at one shared group list
-            for i, n in enumerate(b.group):
-                g = b.groups[n - 1]
-                if g not in groups:
-                    groups.append(g)
-                b.group[i] = groups.index(g) + 1
+            b.group = [dbs.group_number(b.groups[n - 1], groups, index) for n in b.group]
             b.groups = groups
         return [c for _, got in dbs.periods_claim_copied(conn, batches, term,
                                                          lambda: beats.append(1))

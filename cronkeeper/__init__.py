@@ -6,7 +6,7 @@ stays light (no SQLAlchemy or psycopg until they are used).
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 __all__ = ["PermanentError", "__version__", "enqueue", "enqueue_many"]
 
 

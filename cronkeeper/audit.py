@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from cronkeeper.spec.model import ScheduleSpec, read_stored_version
 from cronkeeper.timing import TimingError, Trigger, parse_duration, parse_instant
@@ -204,7 +204,7 @@ def fire_seconds(trigger: Trigger, after: datetime, upto: datetime) -> Iterator[
 def audit_schedule(
     schedule: str,
     versions: Sequence[Version],
-    records: Iterable[Record],
+    records: Iterable[Record | tuple[Any, ...]],
     *,
     since: datetime,
     until: datetime,
@@ -311,7 +311,7 @@ def iso(when: datetime) -> str:
 
 def audit(
     versions: Mapping[str, Sequence[Version]],
-    records: Mapping[str, Iterable[Record]],
+    records: Mapping[str, Iterable[Record | tuple[Any, ...]]],
     window: Window,
 ) -> Audit:
     """The whole audit: rows schedule by schedule (names sorted), a summary for each."""

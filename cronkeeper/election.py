@@ -49,6 +49,7 @@ from cronkeeper.db.engine import (
     Engine,
     RawConnection,
     describe,
+    driver,
     leader_lock_key,
 )
 from cronkeeper.db.instances import instances_forget, instances_heartbeat
@@ -58,6 +59,8 @@ from cronkeeper.spec.model import ScheduleSet
 from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.election")
+# What ends a session (and is retried): the database, a lost lock or term, the network.
+_SESSION_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, LeadershipLost, OSError)
 
 
 class Role(StrEnum):
@@ -166,7 +169,7 @@ class Node:
                     self.fatal = exc
                     log.error("%s", exc, extra={"action": "refused_pooler"})
                     return
-                except (*DRIVER_ERRORS, LeadershipLost, OSError) as exc:
+                except _SESSION_ERRORS as exc:
                     was_leader = self.role is Role.LEADER
                     self._set_role(Role.CONNECTING)
                     if self.stopping.is_set():
@@ -372,8 +375,7 @@ class Node:
 
     def _depose_stale_leader(self) -> None:
         with self.engine.begin() as conn:
-            raw = conn.connection.driver_connection
-            pid = dbl.leader_depose_stale(raw, self.cluster, self.lock_key, self.options.leader_timeout)
+            pid = dbl.leader_depose_stale(driver(conn), self.cluster, self.lock_key, self.options.leader_timeout)
         if pid is not None:
             log.warning(
                 "deposed a leader silent for over %.0fs (backend %d terminated)",
@@ -388,7 +390,7 @@ class Node:
         )
         if pid is not None:
             with self.engine.begin() as conn:
-                dbl.backend_terminate(conn.connection.driver_connection, pid)
+                dbl.backend_terminate(driver(conn), pid)
         self.last_progress = clock.monotonic()
 
     def _forget_instance(self) -> None:

@@ -187,3 +187,13 @@ def test_no_import_circle_anywhere_in_the_package():
         return False
 
     assert sorted(name for name in graph if reaches(name, name, set())) == []
+
+
+def test_one_way_to_the_driver_connection():
+    """Code reaches the psycopg connection under a SQLAlchemy one only through
+    cronkeeper.db.engine.driver: nowhere else names ``driver_connection``."""
+    offenders = sorted(
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+        if "driver_connection" in p.read_text() and p.relative_to(PACKAGE) != Path("db/engine.py")
+    )
+    assert offenders == []

@@ -15,7 +15,7 @@ import click
 from cronkeeper.cli.common import database_options, safe
 from cronkeeper.cli.connect import open_database
 from cronkeeper.db import scheduling as dbs
-from cronkeeper.db.engine import translate_errors
+from cronkeeper.db.engine import driver, translate_errors
 from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.planning import Decision, Outcome, Reason
 from cronkeeper.scheduler import period_row, stored_spec
@@ -57,7 +57,7 @@ def _parse_instant(value: str, option: str) -> datetime:
 def set_paused(engine, name: str, paused: bool, who: str) -> None:
     """Pause or resume a schedule that is in force (``pause``, ``resume`` and the web)."""
     with translate_errors("updating the schedule"), engine.begin() as conn:
-        raw = conn.connection.driver_connection
+        raw = driver(conn)
         _live_version(raw, name)
         dbs.controls_set(raw, name, paused, who)
 
@@ -65,7 +65,7 @@ def set_paused(engine, name: str, paused: bool, who: str) -> None:
 def trigger_job(engine, name: str) -> tuple[int, str]:
     """Write one manual job for a schedule now: (job id, idempotency key)."""
     with translate_errors("writing the job"), engine.begin() as conn:
-        raw = conn.connection.driver_connection
+        raw = driver(conn)
         version = _live_version(raw, name)
         spec, _ = stored_spec(version)
         now = dbs.db_now(raw)
@@ -123,7 +123,7 @@ def backfill_command(database_url, schema, cluster, name, start, end, dry_run, f
         raise UsageError("--to must be later than --from")
     db = open_database(database_url, schema)
     with translate_errors("backfilling"), db.engine.begin() as conn:
-        raw = conn.connection.driver_connection
+        raw = driver(conn)
         _live_version(raw, name)
         now = dbs.db_now(raw)
         until = min(until, now)  # a period is never decided before it is due

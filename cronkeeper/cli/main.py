@@ -43,7 +43,7 @@ class LazyGroup(click.Group):
         return getattr(module, cmd_name.replace("-", "_") + "_command")
 
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context):
         """Map cronkeeper's errors to a message and an exit code; never show a traceback."""
         try:
             return super().invoke(ctx)

@@ -67,7 +67,7 @@ def web_command(database_url, schema, cluster, address, allow_actions, token_fil
                                         ident="cronkeeper")
     except OSError as exc:
         raise CronkeeperError(f"cannot listen on {address}: {exc.strerror or exc}") from None
-    bound = server.effective_port  # type: ignore[union-attr]
+    bound = server.effective_port
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"cronkeeper web listening on http://{shown}:{bound}/ "
                f"({'actions allowed' if allow_actions else 'read-only'}"

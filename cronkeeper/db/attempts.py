@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from psycopg.rows import dict_row
 
-from cronkeeper.db.outbox import driver
+from cronkeeper.db.engine import driver
 from cronkeeper.db.wake import wake
 
 _REGISTER = """

@@ -11,18 +11,14 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-
-def raw(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
-    if isinstance(conn, psycopg.Connection):
-        return conn
-    return conn.connection.driver_connection  # type: ignore[return-value]
+from cronkeeper.db.engine import driver, one_row
 
 
 def session_utc(conn: sa.Connection | psycopg.Connection) -> datetime:
     """Timestamps in UTC for the rest of this transaction; returns the database's now."""
-    c = raw(conn)
+    c = driver(conn)
     c.execute("SELECT set_config('TimeZone', 'UTC', true)")
-    return c.execute("SELECT clock_timestamp()").fetchone()[0]
+    return one_row(c.execute("SELECT clock_timestamp()"))[0]
 
 
 def versions_all(
@@ -30,7 +26,7 @@ def versions_all(
 ) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
     """Every version of the schedules (all when None): (id, schedule, spec, active_from),
     ordered by schedule then active_from."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         """
         SELECT id, schedule, spec, active_from FROM schedule_versions
         WHERE %(names)s::text[] IS NULL OR schedule = ANY(%(names)s::text[])
@@ -44,7 +40,7 @@ def versions_current(
     conn: sa.Connection | psycopg.Connection,
 ) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
     """The newest version of every schedule (spec None: removed)."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         """
         SELECT DISTINCT ON (schedule) id, schedule, spec, active_from
         FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
@@ -78,7 +74,7 @@ def periods_range(
     seconds, job state, job attempts). Instants travel as numbers in binary: a year of a
     minutely schedule is half a million rows. One range scan of the periods primary key; the
     job comes from the outbox's (schedule, scheduled_for) index."""
-    with raw(conn).cursor(binary=True) as cur:
+    with driver(conn).cursor(binary=True) as cur:
         cur.execute(_PERIODS_RANGE, {"s": schedule, "a": since, "b": until})
         return cur.fetchall()
 
@@ -90,7 +86,7 @@ def periods_range_many(
     """``periods_range`` for many schedules in one statement: schedule -> its rows (same shape,
     ascending). One range scan of the periods primary key per schedule, in one round trip."""
     out: dict[str, list[tuple]] = {name: [] for name in schedules}
-    with raw(conn).cursor(binary=True) as cur:
+    with driver(conn).cursor(binary=True) as cur:
         cur.execute(_PERIODS_RANGE_MANY, {"s": list(schedules), "a": since, "b": until})
         for row in cur:
             out[row[0]].append(row[1:])
@@ -104,7 +100,7 @@ def periods_latest(
     job state). One index probe per schedule."""
     if not schedules:
         return {}
-    rows = raw(conn).execute(
+    rows = driver(conn).execute(
         """
         SELECT s, p.scheduled_for, p.outcome, p.reason, p.decided_at, o.state
         FROM unnest(%s::text[]) AS s
@@ -124,7 +120,7 @@ def periods_last_emitted(
     """Each schedule's latest emitted period (a backward scan of the primary key)."""
     if not schedules:
         return {}
-    rows = raw(conn).execute(
+    rows = driver(conn).execute(
         """
         SELECT s, (SELECT max(scheduled_for) FROM periods
                    WHERE schedule = s AND outcome = 'emitted')
@@ -136,12 +132,12 @@ def periods_last_emitted(
 
 
 def controls_all(conn: sa.Connection | psycopg.Connection) -> dict[str, bool]:
-    return dict(raw(conn).execute("SELECT schedule, paused FROM schedule_controls").fetchall())
+    return dict(driver(conn).execute("SELECT schedule, paused FROM schedule_controls").fetchall())
 
 
 def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:
     """Jobs in the outbox by state."""
-    return dict(raw(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
+    return dict(driver(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
 
 
 def outbox_oldest_available(
@@ -149,7 +145,7 @@ def outbox_oldest_available(
 ) -> list[tuple[str, str, float, int]]:
     """Per schedule (and owner): age in seconds of the oldest job that is ready to run
     (available, run_after <= now), and how many are ready. Uses the ``outbox_available`` index."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         """
         SELECT coalesce(schedule, ''), coalesce(owner, ''),
                extract(epoch FROM clock_timestamp() - min(run_after))::float8, count(*)
@@ -161,7 +157,7 @@ def outbox_oldest_available(
 
 def outbox_retrying(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
     """Per schedule (and owner): available jobs that already failed at least once."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         """
         SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
         FROM outbox WHERE state = 'available' AND attempts > 0 GROUP BY 1, 2
@@ -171,7 +167,7 @@ def outbox_retrying(conn: sa.Connection | psycopg.Connection) -> list[tuple[str,
 
 def outbox_dead(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
     """Dead letters waiting, per schedule and owner (the ``outbox_dead`` index)."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         """
         SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
         FROM outbox WHERE state = 'dead' GROUP BY 1, 2
@@ -181,13 +177,13 @@ def outbox_dead(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str
 
 def attempts_high_water(conn: sa.Connection | psycopg.Connection) -> int:
     """The highest attempt id: grows by one per claim, fleet-wide (a counter)."""
-    return raw(conn).execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
+    return one_row(driver(conn).execute("SELECT coalesce(max(id), 0) FROM attempts"))[0]
 
 
 def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) -> tuple[int, int, int]:
     """(failed, finished) attempts in the last ``seconds``, and failed in the ``seconds``
     before that. Failed: retry, timeout, lease_expired, dead. Uses ``attempts_finished_at``."""
-    row = raw(conn).execute(
+    row = one_row(driver(conn).execute(
         """
         SELECT count(*) FILTER (WHERE finished_at > clock_timestamp() - w
                                 AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead')),
@@ -198,7 +194,7 @@ def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) ->
         WHERE finished_at > clock_timestamp() - 2 * w
         """,
         {"s": seconds},
-    ).fetchone()
+    ))
     return int(row[0]), int(row[1]), int(row[2])
 
 
@@ -206,7 +202,7 @@ def instances_live(
     conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float = 30.0
 ) -> list[dict[str, Any]]:
     """Instances of the cluster whose heartbeat is recent, schedulers first."""
-    cur = raw(conn).execute(
+    cur = driver(conn).execute(
         """
         SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
                started_at, heartbeat_at, clock_skew_seconds
@@ -216,13 +212,13 @@ def instances_live(
         """,
         {"c": cluster, "w": within_seconds},
     )
-    names = [d.name for d in cur.description]
+    names = [d.name for d in cur.description or ()]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -> dict | None:
     """The cluster's leadership row with the heartbeat's age in seconds, or None."""
-    cur = raw(conn).execute(
+    cur = driver(conn).execute(
         """
         SELECT term, instance_id, since, heartbeat_at, released_at,
                extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
@@ -233,15 +229,15 @@ def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -
     row = cur.fetchone()
     if row is None:
         return None
-    return dict(zip([d.name for d in cur.description], row, strict=True))
+    return dict(zip([d.name for d in cur.description or ()], row, strict=True))
 
 
 def lock_held(conn: sa.Connection | psycopg.Connection, classid: int, objid: int) -> bool:
     """True when some session holds the advisory lock (bigint key split as pg_locks shows it)."""
-    return bool(raw(conn).execute(
+    return bool(one_row(driver(conn).execute(
         """
         SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s
                        AND objid = %s AND objsubid = 1 AND granted)
         """,
         (classid, objid),
-    ).fetchone()[0])
+    ))[0])

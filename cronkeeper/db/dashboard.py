@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from cronkeeper.db.audit import raw
+from cronkeeper.db.engine import driver, one_row
 
 
 def snapshot_one(conn: sa.Connection | psycopg.Connection) -> None:
@@ -24,7 +24,7 @@ def snapshot_one(conn: sa.Connection | psycopg.Connection) -> None:
     statements are index range scans of a tenth of a second, but the planner, which cannot see
     how many schedules an ``unnest`` of arrays holds, costs them past ``jit_above_cost`` and
     spent 0.2-0.3 s compiling each (EXPLAIN ANALYZE, docs/web.md)."""
-    db = raw(conn)
+    db = driver(conn)
     db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
     db.execute("SET LOCAL jit = off")
 
@@ -33,9 +33,9 @@ def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
     """(highest id, row count) of ``schedule_versions``: versions are only ever appended, so an
     unchanged stamp means the parsed versions a reader keeps are still current. An index-only
     look at the primary key plus a count."""
-    row = raw(conn).execute(
+    row = one_row(driver(conn).execute(
         "SELECT coalesce(max(id), 0), count(*) FROM schedule_versions"
-    ).fetchone()
+    ))
     return int(row[0]), int(row[1])
 
 
@@ -58,7 +58,7 @@ def versions_after(
 ) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
     """Versions recorded after ``after_id`` (id, schedule, spec, active_from), in id order: a
     range scan of the primary key. Readers that keep parsed versions read only what is new."""
-    return raw(conn).execute(
+    return driver(conn).execute(
         "SELECT id, schedule, spec, active_from FROM schedule_versions WHERE id > %s ORDER BY id",
         (after_id,),
     ).fetchall()
@@ -75,7 +75,7 @@ def periods_windows(
     out: dict[str, list[tuple]] = {name: [] for name, _ in windows}
     if not windows:
         return out
-    with raw(conn).cursor(binary=True) as cur:
+    with driver(conn).cursor(binary=True) as cur:
         cur.execute(
             PERIODS_WINDOWS,
             {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
@@ -157,7 +157,7 @@ def periods_window_states(
         return out
     params = {"names": [n for n, _ in windows], "sinces": [s for _, s in windows],
               "until": until}
-    db = raw(conn)
+    db = driver(conn)
     with db.cursor(binary=True) as cur:
         if outcomes:
             for name, instants, letters in cur.execute(PERIODS_WINDOW_STATES, params):
@@ -177,7 +177,7 @@ def periods_window_states(
 def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> list[dict[str, Any]]:
     """Every registered instance of the cluster, stale ones too, with its heartbeat's age in
     seconds (the primary key's cluster prefix)."""
-    cur = raw(conn).execute(
+    cur = driver(conn).execute(
         """
         SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
                started_at, heartbeat_at, clock_skew_seconds,
@@ -187,7 +187,7 @@ def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> lis
         """,
         {"c": cluster},
     )
-    names = [d.name for d in cur.description]
+    names = [d.name for d in cur.description or ()]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
@@ -197,12 +197,12 @@ def outbox_attempts_per_job(
     """Jobs that finished (succeeded, published or dead) in the last ``seconds``: (jobs, their
     attempts in total, the most attempts one took). The ``outbox_finished`` and ``outbox_dead``
     partial indexes on ``finished_at``."""
-    row = raw(conn).execute(
+    row = one_row(driver(conn).execute(
         """
         SELECT count(*), coalesce(sum(attempts), 0), coalesce(max(attempts), 0) FROM outbox
         WHERE state IN ('succeeded', 'published', 'dead')
           AND finished_at > clock_timestamp() - make_interval(secs => %(s)s)
         """,
         {"s": seconds},
-    ).fetchone()
+    ))
     return int(row[0]), int(row[1]), int(row[2])

@@ -19,7 +19,5 @@ def effects_claim(conn: sa.Connection | psycopg.Connection, schema: str, name: s
     params = {"key": name, "job": job_key}
     with translate_errors("claiming an effect"):
         if isinstance(conn, sa.Connection):
-            row = conn.exec_driver_sql(sql, params).fetchone()
-        else:
-            row = conn.execute(sql, params).fetchone()
-    return row is not None
+            return conn.exec_driver_sql(sql, params).fetchone() is not None
+        return conn.execute(sql, params).fetchone() is not None

@@ -6,7 +6,7 @@ import contextlib
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import sqlalchemy as sa
@@ -29,6 +29,23 @@ SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
 # Server-side keepalives for the lock session, so PostgreSQL drops a vanished leader's lock.
 SERVER_KEEPALIVES = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+
+
+def driver(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
+    """The psycopg connection under a SQLAlchemy one (or the psycopg connection itself): the one
+    way to the driver, so that no code outside db/ reaches for ``driver_connection``
+    (tests/test_layout.py refuses it there)."""
+    if isinstance(conn, psycopg.Connection):
+        return conn
+    return cast(psycopg.Connection, conn.connection.driver_connection)
+
+
+def one_row(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """The row of a statement that always returns exactly one (an aggregate, a function call)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise DatabaseError("the database returned no row where one is always returned")
+    return row
 
 
 def check_schema_name(schema: str) -> str:

@@ -9,7 +9,13 @@ from datetime import datetime
 import psycopg
 from sqlalchemy.engine import URL
 
-from cronkeeper.db.engine import SERVER_KEEPALIVES, check_schema_name, conninfo, lock_key_parts
+from cronkeeper.db.engine import (
+    SERVER_KEEPALIVES,
+    check_schema_name,
+    conninfo,
+    lock_key_parts,
+    one_row,
+)
 
 # True when this session holds the cluster's advisory lock (bigint key: classid/objid, objsubid 1).
 _HOLDS_LOCK = """
@@ -41,7 +47,7 @@ def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connec
 
 
 def backend_pid(conn: psycopg.Connection) -> int:
-    return conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    return one_row(conn.execute("SELECT pg_backend_pid()"))[0]
 
 
 def lock_wait(conn: psycopg.Connection, key: int) -> bool:
@@ -72,7 +78,7 @@ def session_idle_timeout_set(conn: psycopg.Connection, seconds: float) -> None:
 
 def leadership_claim(conn: psycopg.Connection, cluster: str, instance_id: str) -> tuple[int, datetime]:
     """Record a win: the term goes up by one (the fencing token)."""
-    row = conn.execute(
+    row = one_row(conn.execute(
         """
         INSERT INTO leadership AS l (cluster, term, instance_id, backend_pid, since, heartbeat_at)
         VALUES (%(cluster)s, 1, %(instance)s, pg_backend_pid(), clock_timestamp(), clock_timestamp())
@@ -83,7 +89,7 @@ def leadership_claim(conn: psycopg.Connection, cluster: str, instance_id: str) -
         RETURNING term, since
         """,
         {"cluster": cluster, "instance": instance_id},
-    ).fetchone()
+    ))
     return row[0], row[1]
 
 
@@ -163,7 +169,7 @@ def lock_holder_pid(conn: psycopg.Connection, key: int) -> int | None:
 
 
 def backend_terminate(conn: psycopg.Connection, pid: int) -> bool:
-    return bool(conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])
+    return bool(one_row(conn.execute("SELECT pg_terminate_backend(%s)", (pid,)))[0])
 
 
 def session_is_pinned(conn: psycopg.Connection, probe: psycopg.Connection) -> bool:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 import sqlalchemy as sa
 
+from cronkeeper.db.engine import driver, one_row
 from cronkeeper.db.wake import wake
 
 # payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
@@ -63,13 +63,6 @@ class OutboxJob:
     @property
     def backoff(self) -> dict[str, float]:
         return json.loads(self.backoff_json)
-
-
-def driver(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:
-    """The psycopg connection under a SQLAlchemy one (or the psycopg connection itself)."""
-    if isinstance(conn, psycopg.Connection):
-        return conn
-    return conn.connection.driver_connection  # type: ignore[return-value]
 
 
 def _jobs(rows: list[tuple]) -> list[OutboxJob]:
@@ -178,7 +171,7 @@ def outbox_next_due(
     """Seconds until the earliest available job that is not due yet (None: there is none), so
     an idle worker sleeps until then rather than a whole poll interval (index outbox_available)."""
     params = {"tasks": tasks, "schedules": schedules, "exclude": [], **_route_params(None)}
-    return driver(conn).execute(_NEXT_DUE, params).fetchone()[0]
+    return one_row(driver(conn).execute(_NEXT_DUE, params))[0]
 
 
 _SERIAL_CANDIDATES = f"""
@@ -229,7 +222,7 @@ def outbox_claim_serial(
     earlier claimer of this schedule committed; nobody else claims it until we commit.
     """
     pg = driver(conn)
-    if not pg.execute(_SERIAL_LOCK, {"key": lock_key}).fetchone()[0]:
+    if not one_row(pg.execute(_SERIAL_LOCK, {"key": lock_key}))[0]:
         return None
     params = {"schedule": schedule, "worker": worker_id, "margin": lease_margin, "lease": lease}
     rows = pg.execute(_CLAIM_SERIAL, params).fetchall()
@@ -389,7 +382,7 @@ SELECT count(*) FROM back, woke
 def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000) -> int:
     """Jobs whose lease expired become claimable again (or dead at the attempt cap); the lost
     attempt is recorded as ``lease_expired``. Returns how many."""
-    return driver(conn).execute(_REAP, {"limit": limit}).fetchone()[0]
+    return one_row(driver(conn).execute(_REAP, {"limit": limit}))[0]
 
 
 _VERSION = """

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from cronkeeper.db.outbox import driver
+from cronkeeper.db.engine import driver
 
 
 @dataclass(frozen=True, slots=True)

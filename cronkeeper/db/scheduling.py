@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import psycopg
 
+from cronkeeper.db.engine import one_row
 from cronkeeper.db.wake import CHANNEL_SQL, wake
 
 
@@ -49,7 +50,7 @@ class PeriodRow(NamedTuple):
 
 
 def db_now(conn: psycopg.Connection) -> datetime:
-    return conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    return one_row(conn.execute("SELECT clock_timestamp()"))[0]
 
 
 def versions_in_force(conn: psycopg.Connection) -> list[VersionRow]:
@@ -269,14 +270,14 @@ def periods_claim_copied(
                         sent.append((batch, names))
                         copy.write(_period_lines(batch, names, texts.of(batch.groups)))
             jobs = sum(_emitting(batch, texts.of(batch.groups)) for batch, _ in sent)
-            ids = iter(cur.execute(_NEXT_IDS, (jobs,)).fetchone()[0] if jobs else ())
+            ids = iter(one_row(cur.execute(_NEXT_IDS, (jobs,)))[0] if jobs else ())
             claims = []
             with contextlib.ExitStack() as stack:
-                copy = stack.enter_context(cur.copy(_COPY_JOBS)) if jobs else None
+                jobs_copy = stack.enter_context(cur.copy(_COPY_JOBS)) if jobs else None
                 for batch, names in sent:  # the server writes one batch while the next is made
                     claimed, lines = _job_lines(batch, names, texts.of(batch.groups), ids)
-                    if copy is not None:
-                        copy.write(lines)
+                    if jobs_copy is not None:
+                        jobs_copy.write(lines)
                         if progress is not None:
                             progress()
                     claims.append((batch, claimed))
@@ -387,6 +388,14 @@ def group_number(group: ClaimGroup, groups: list[ClaimGroup],
     return n
 
 
+def _job_columns(r: PeriodRow) -> JobColumns:
+    """An emitted row's shared job columns (``scheduler.period_row`` fills every one)."""
+    assert r.task is not None and r.payload_json is not None and r.max_attempts is not None
+    assert r.timeout is not None and r.backoff_json is not None and r.serial is not None
+    return JobColumns(r.task, r.payload_json, r.max_attempts, r.timeout, r.backoff_json,
+                      r.serial, r.owner)
+
+
 def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:
     """The claim columns of ``PeriodRow``s (the operator's backfill, tests), grouped."""
     groups: list[ClaimGroup] = []
@@ -394,8 +403,7 @@ def claim_batch(rows: Iterable[PeriodRow]) -> ClaimBatch:
     batch = ClaimBatch(groups)
     for r in rows:
         emitted = r.key is not None
-        job = JobColumns(r.task, r.payload_json, r.max_attempts, r.timeout, r.backoff_json,
-                         r.serial, r.owner) if emitted else None
+        job = _job_columns(r) if emitted else None
         stamp = r.scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
         if emitted and r.key != f"{r.schedule}@{stamp}":
             raise ValueError(f"a period's job key is <schedule>@<instant>, not {r.key!r}")
@@ -469,7 +477,7 @@ def controls_set(conn: psycopg.Connection, schedule: str, paused: bool, changed_
 
 def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:
     """A manual job (``trigger``): an outbox row with no period behind it."""
-    return conn.execute(
+    return one_row(conn.execute(
         """
         WITH ins AS (
             INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task,
@@ -482,4 +490,4 @@ def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:
         """,
         (row.key, row.schedule, row.scheduled_for, row.version_id, row.task, row.payload_json,
          row.max_attempts, row.run_after, row.timeout, row.backoff_json, row.serial, row.owner),
-    ).fetchone()[0]
+    ))[0]

@@ -17,9 +17,9 @@ import psycopg
 import sqlalchemy as sa
 
 from cronkeeper.db.effects import _CLAIM_EFFECT
-from cronkeeper.db.engine import check_schema_name, conninfo, translate_errors
+from cronkeeper.db.engine import check_schema_name, conninfo, driver, translate_errors
 from cronkeeper.db.enqueue import enqueue_statement
-from cronkeeper.db.outbox import _COMPLETE, driver
+from cronkeeper.db.outbox import _COMPLETE
 from cronkeeper.errors import UsageError
 
 AsyncConnection = psycopg.AsyncConnection

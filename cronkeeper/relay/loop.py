@@ -33,6 +33,7 @@ import signal
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
 
 from cronkeeper import __version__, clock, metrics
 from cronkeeper.backoff import retry_delay
@@ -44,6 +45,7 @@ from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
 from cronkeeper.relay.recorder import Outcome, Recorder
 from cronkeeper.relay.targets.base import (
+    BatchPublisher,
     Completion,
     Delivery,
     PermanentPublishError,
@@ -267,7 +269,7 @@ class Relay:
         ahead: dict[int, str | PublishError] = {}
         for name, batch in batches.items():
             try:
-                found = self.targets[name].publish_many(
+                found = cast(BatchPublisher, self.targets[name]).publish_many(
                     [(_relay_job(job), _delivery(route)) for job, route in batch])
             except TargetUnavailable as exc:
                 ahead[batch[0][0].id] = exc

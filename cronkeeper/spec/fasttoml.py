@@ -33,7 +33,7 @@ reads the same.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 _WS = r"[ \t]*"
 _BARE = r"[A-Za-z0-9_-]+"
@@ -152,7 +152,7 @@ def _said(lines: list[str]) -> list[tuple] | None:
             if len(seen) >= _SEEN_MAX:
                 seen.clear()
             said[i] = seen[line] = found
-    return said
+    return cast(list[tuple[Any, ...]], said)  # every None was filled above
 
 
 class Lines:

@@ -122,7 +122,7 @@ def _load_paths(
                     path, 0, None, "no schedule files (*.toml) in this directory",
                     Severity.WARNING,
                 ))  # fmt: skip
-            candidates = [(f, path) for f in found]
+            candidates: list[tuple[str, str | None]] = [(f, path) for f in found]
         elif os.path.exists(path):
             candidates = [(path, None)]
         else:

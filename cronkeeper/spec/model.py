@@ -9,7 +9,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from cronkeeper.errors import UnreadableVersion
 from cronkeeper.timing import Trigger, make_trigger
@@ -55,6 +55,10 @@ def shared_backoff(base: float = DEFAULT_BACKOFF_BASE, factor: float = DEFAULT_B
     return Backoff(base, factor, max)
 
 
+@overload
+def shared_text(value: str) -> str: ...
+@overload
+def shared_text(value: str | None) -> str | None: ...
 def shared_text(value: str | None) -> str | None:
     """The interned string: zones, tasks, owners and payloads repeat across generated
     schedules, and each copy would cost its own 50-100 bytes per schedule."""

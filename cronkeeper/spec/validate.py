@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable
 from datetime import datetime
+from enum import Enum
 from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
@@ -274,11 +275,11 @@ def _check(
 
     payload_json = "{}"
     if "payload" in table:
-        result = v.payload_json(table["payload"])
-        if isinstance(result, tuple):
-            err(result[0], "payload", *result[1])
+        checked = v.payload_json(table["payload"])
+        if isinstance(checked, tuple):
+            err(checked[0], "payload", *checked[1])
         else:
-            payload_json = result
+            payload_json = checked
 
     # -- durations and retries --------------------------------------------------------------------
     def dur(key: str, default: float, **bounds: Any) -> float:
@@ -296,21 +297,21 @@ def _check(
 
     max_attempts = DEFAULT_MAX_ATTEMPTS
     if "max_attempts" in table:
-        result = v.integer("max_attempts", table["max_attempts"], low=1, high=MAX_ATTEMPTS_LIMIT)
-        if isinstance(result, str):
-            err(result, "max_attempts")
+        attempts = v.integer("max_attempts", table["max_attempts"], low=1, high=MAX_ATTEMPTS_LIMIT)
+        if isinstance(attempts, str):
+            err(attempts, "max_attempts")
         else:
-            max_attempts = result
+            max_attempts = attempts
 
     backoff = _backoff(table.get("backoff"), err) if "backoff" in table else shared_backoff()
 
     exit_codes: tuple[int, ...] = ()
     if "permanent_exit_codes" in table:
-        result = v.exit_codes(table["permanent_exit_codes"])
-        if isinstance(result, str):
-            err(result, "permanent_exit_codes")
+        codes = v.exit_codes(table["permanent_exit_codes"])
+        if isinstance(codes, str):
+            err(codes, "permanent_exit_codes")
         else:
-            exit_codes = result
+            exit_codes = codes
         if task is not None and command is None:
             err("'permanent_exit_codes' applies only to 'command' schedules (a task handler "
                 "raises PermanentError instead)", "permanent_exit_codes")  # fmt: skip
@@ -348,7 +349,7 @@ def _check(
     spec = ScheduleSpec(
         name=name,
         timezone=intern(timezone),  # type: ignore[arg-type]  # a str: no error
-        misfire=misfire,  # type: ignore[arg-type]  # not None: no error
+        misfire=misfire,  # not None: no error
         cron=intern(cron) if cron else cron,
         every=every,
         catch_up_limit=catch_up_limit,
@@ -370,11 +371,11 @@ def _check(
     return 0, spec, tuple(findings)
 
 
-_CHOICES = {enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap)}
-_MEMBERS: dict[type, dict[str, Any]] = {enum: {str(m): m for m in enum} for enum in _CHOICES}
+_CHOICES: dict[type[Enum], tuple[str, ...]] = {enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap)}
+_MEMBERS: dict[type[Enum], dict[str, Any]] = {enum: {str(m): m for m in enum} for enum in _CHOICES}
 
 
-def _enum(table: dict[str, Any], key: str, enum: type, err: Callable[..., None], *, required: bool):
+def _enum(table: dict[str, Any], key: str, enum: type[Enum], err: Callable[..., None], *, required: bool):
     value = table.get(key)
     if type(value) is str:  # the usual case: a valid choice
         member = _MEMBERS[enum].get(value)

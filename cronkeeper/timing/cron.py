@@ -37,8 +37,9 @@ MACROS = {
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 # name, low, high, names (value of names[i] is i + low)
-_SECOND = ("second", 0, 59, ())
-_FIELDS5 = (
+FieldSpec = tuple[str, int, int, tuple[str, ...]]
+_SECOND: FieldSpec = ("second", 0, 59, ())
+_FIELDS5: tuple[FieldSpec, ...] = (
     ("minute", 0, 59, ()),
     ("hour", 0, 23, ()),
     ("day-of-month", 1, 31, ()),
@@ -258,6 +259,7 @@ def _parse(expr: str) -> CronExpr:
         text = MACROS[text]
     fields = _SEPARATORS.split(text)
     warnings: list[str] = []
+    specs: tuple[FieldSpec, ...]
     if len(fields) == 6:
         specs = (_SECOND, *_FIELDS5)
         seconds = _field(fields[0], _SECOND, warnings)

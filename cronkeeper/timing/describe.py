@@ -25,8 +25,8 @@ def describe_every(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             n = int(seconds // size)
             return f"every {unit}" if n == 1 else f"every {n} {unit}s"
-    n = f"{seconds:g}"
-    return "every second" if n == "1" else f"every {n} seconds"
+    text = f"{seconds:g}"
+    return "every second" if text == "1" else f"every {text} seconds"
 
 
 def _value(text: str, names: dict[str, int]) -> int | None:

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 from flask import Flask, Response, g, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from cronkeeper import __version__
 from cronkeeper.errors import CronkeeperError, DatabaseError
@@ -31,7 +32,7 @@ def create_app(context: Context) -> Flask:
     app.jinja_env.autoescape = True  # every template, whatever its name ends with
 
     @app.before_request
-    def gate() -> Response | None:
+    def gate() -> WerkzeugResponse | None:
         config = context.config
         if not security.host_allowed(request.host, config):
             return _error(400, "this server does not answer to the host name "

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Response, g, redirect
+from flask import g, redirect
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from cronkeeper.web import security
 from cronkeeper.web.pages import VersionsCache
@@ -32,7 +33,7 @@ def ctx() -> Context:
     return current_app.extensions["cronkeeper"]
 
 
-def login_redirect(target: str) -> Response:
+def login_redirect(target: str) -> WerkzeugResponse:
     """Exchange a good token for the session cookie, and go where the user was going."""
     g.login_sid = g.sid
     return redirect(security.local_path(target), code=303)

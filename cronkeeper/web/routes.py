@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 from flask import Flask, Response, abort, g, redirect, render_template, request, url_for
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from cronkeeper.cli import dlq as dlq_cli
 from cronkeeper.cli import explain as explain_cli
@@ -226,7 +227,7 @@ def _safe_next(target: str | None) -> str:
     return local_path(target)
 
 
-def login_post() -> Response:
+def login_post() -> WerkzeugResponse:
     config = ctx().config
     if config.token and security.same_token(request.form.get("token"), config.token):
         return login_redirect(request.form.get("next") or "/")

@@ -99,7 +99,7 @@ def window_start(versions: Sequence[Version], now: datetime, periods: int,
         trig = trigger or current.trigger()
         following = trig.next_fire(now)  # as ``audit.period_seconds``, keeping the first fire
         second = trig.next_fire(following) if following else None
-        length = (second - following).total_seconds() if second else 86400.0
+        length = (second - following).total_seconds() if second and following else 86400.0
         if lengths is not None:
             lengths[last.version_id] = (following, length)
     try:

@@ -76,7 +76,7 @@ def load_specs(directory: str | None) -> tuple[dict[str, ScheduleSpec], str]:
     if not directory:
         return {}, ""
     try:
-        from cronkeeper.spec import load_valid  # type: ignore[attr-defined]
+        from cronkeeper.spec import load_valid
     except ImportError:
         raise UsageError("this build cannot load schedule files (cronkeeper.spec.load_valid "
                          "is missing)") from None

@@ -23,7 +23,7 @@ from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
-DB_ERRORS = (*DRIVER_ERRORS, DatabaseError)
+DB_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, DatabaseError)
 
 
 @dataclass

@@ -92,7 +92,13 @@ class Target(Protocol):
     def close(self) -> None: ...
 
 
-def publish_one(target: Any, job: RelayJob, delivery: Delivery) -> str:
+class BatchPublisher(Protocol):
+    """A target that also offers ``publish_many`` (see the module's docstring)."""
+
+    def publish_many(self, items: list[tuple[RelayJob, Delivery]]) -> list[str | PublishError]: ...
+
+
+def publish_one(target: BatchPublisher, job: RelayJob, delivery: Delivery) -> str:
     """``publish`` for a target whose way to publish is ``publish_many``: a batch of one, its
     failure raised."""
     result = target.publish_many([(job, delivery)])[0]

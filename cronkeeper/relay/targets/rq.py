@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from cronkeeper.relay.targets import _redis as r
 from cronkeeper.relay.targets.base import (
@@ -177,7 +177,7 @@ class RQTarget:
             # Redis no longer holds the script (restarted, SCRIPT FLUSH): a NOSCRIPT reply ran
             # nothing, so load it and send those jobs again.
             again = [k for k, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-            if again:
+            if again and parts is not None:
                 self._redis.script_load(parts[0].script)
                 pipe = self._redis.pipeline(transaction=False)
                 for k in again:
@@ -185,16 +185,16 @@ class RQTarget:
                 for k, reply in zip(again, pipe.execute(raise_on_error=False), strict=True):
                     replies[k] = reply
         unregistered: dict[str, Exception] = {}
-        for (i, queue_name, _), reply in zip(sent, replies, strict=True):
-            if i is None:
+        for (item, queue_name, _), reply in zip(sent, replies, strict=True):
+            if item is None:
                 if isinstance(reply, Exception):
                     unregistered[queue_name] = reply
                 continue
-            job_id = rq_job_id(items[i][0].key)
+            job_id = rq_job_id(items[item][0].key)
             error = reply if isinstance(reply, Exception) else unregistered.get(queue_name)
             if error is None and reply not in (0, 1):
                 error = ValueError(f"unexpected reply {reply!r}")
-            results[i] = job_id if error is None else PublishError(
+            results[item] = job_id if error is None else PublishError(
                 f"target '{self.name}': enqueue {job_id} failed: {type(error).__name__}: {error}")
         for i in one_by_one:
             try:
@@ -204,7 +204,7 @@ class RQTarget:
             except Exception as exc:  # noqa: BLE001 - this job's failure, not the batch's
                 results[i] = PublishError(
                     f"target '{self.name}': job {items[i][0].key}: {type(exc).__name__}: {exc}")
-        return results  # type: ignore[return-value] - every item has its outcome now
+        return cast(list[str | PublishError], results)  # every item has its outcome now
 
     def status(self, target_id: str) -> Completion:
         return self.status_many([target_id])[0]

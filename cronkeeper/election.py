@@ -52,7 +52,7 @@ from cronkeeper.db.engine import (
     driver,
     leader_lock_key,
 )
-from cronkeeper.db.instances import instances_forget, instances_heartbeat
+from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
 from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
 from cronkeeper.spec.model import ScheduleSet
@@ -396,6 +396,6 @@ class Node:
     def _forget_instance(self) -> None:
         try:
             with self.engine.begin() as conn:
-                instances_forget(conn, self.cluster, self.instance_id)
+                instances_stopped(conn, self.cluster, self.instance_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass

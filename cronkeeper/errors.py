@@ -35,8 +35,16 @@ class DatabaseError(CronkeeperError):
     """The database could not be reached or refused a statement (message carries no password)."""
 
 
-class SchemaBehind(DatabaseError):
-    """The schema is older than this version of cronkeeper expects."""
+class SchemaIncompatible(DatabaseError):
+    """The schema and this release of cronkeeper cannot work together (docs/upgrading.md)."""
+
+
+class SchemaBehind(SchemaIncompatible):
+    """The schema is older than this release of cronkeeper needs: run ``cronkeeper migrate``."""
+
+
+class SchemaAhead(SchemaIncompatible):
+    """The schema was migrated by a release that this one cannot work with: upgrade this host."""
 
 
 class PoolerDetected(DatabaseError):

@@ -1,3 +1,4 @@
+-- oldest release: 0.1.0
 -- cronkeeper schema, version 1. Applied by `cronkeeper migrate` in one transaction, with
 -- search_path set to the configured schema (so no object name here is schema-qualified).
 

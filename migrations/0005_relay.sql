@@ -1,3 +1,4 @@
+-- oldest release: 0.1.0
 -- cronkeeper schema, version 5: `cronkeeper relay` (SPEC §11; docs/relay.md).
 -- (0002 was already taken on main by the worker's serial index; 0003 and 0004 are reserved for
 -- other work, so the relay takes the next free number.)

@@ -1,3 +1,4 @@
+-- oldest release: 0.1.0
 -- cronkeeper schema, version 6: a burst of periods costs the server less (issue 14).
 -- (0003 and 0004 are reserved for other work; 0005 is the relay's.)
 

@@ -1,3 +1,4 @@
+-- oldest release: 0.1.0
 -- cronkeeper schema, version 7: fewer index entries written per job (docs/worker.md, "Speed,
 -- measured"). (0006 is taken by the burst work on another branch; 0003 and 0004 are reserved.)
 -- Every claim and every ending is a non-HOT update of the job's row (its state is

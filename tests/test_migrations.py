@@ -11,13 +11,18 @@ from sqlalchemy.dialects import postgresql
 from cronkeeper.db import tables
 from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.migrate import (
+    PREVIOUS_RELEASE_SCHEMA,
+    SchemaState,
     available,
+    check_compatible,
     latest_version,
     migrate,
     migrations_applied,
-    require_current,
+    release_key,
+    require_compatible,
+    schema_state,
 )
-from cronkeeper.errors import SchemaBehind
+from cronkeeper.errors import SchemaAhead, SchemaBehind
 
 
 def test_schema_built_by_migrations_matches_table_definitions(engine, schema):
@@ -64,7 +69,7 @@ def test_concurrent_migrate_applies_each_version_once(database_url):
         assert applied == [m.version for m in available()]  # each once (numbers may have gaps)
         with engines[0].connect() as conn:
             assert migrations_applied(conn, name) == latest_version()
-        require_current(engines[0], name)
+        require_compatible(engines[0], name)
     finally:
         with engines[0].begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
@@ -75,7 +80,7 @@ def test_concurrent_migrate_applies_each_version_once(database_url):
 def test_unmigrated_schema_is_refused_with_the_command_to_run(database_url):
     eng = make_engine(normalize_url(database_url), "public", pool_size=1)
     try:
-        require_current(eng, f"t_{uuid.uuid4().hex[:12]}")
+        require_compatible(eng, f"t_{uuid.uuid4().hex[:12]}")
     except SchemaBehind as exc:
         assert "cronkeeper migrate" in str(exc)
     else:
@@ -116,3 +121,103 @@ def test_a_version_named_by_a_period_or_a_job_cannot_be_deleted(engine):
         raw.execute("DELETE FROM schedule_versions WHERE id = %s", (ids[2],))
         raw.commit()
         assert sorted(r[0] for r in raw.execute("SELECT id FROM schedule_versions")) == ids[:2]
+
+
+# -- the upgrade policy (docs/upgrading.md) ---------------------------------------------------
+
+def test_every_migration_says_the_oldest_release_that_works_with_it():
+    migrations = available()
+    for m in migrations:
+        assert m.sql.startswith(f"-- oldest release: {m.oldest_release}\n"), m.name
+        release_key(m.oldest_release)  # a release number
+    # Within 0.x every migration so far keeps 0.1.0 working: none of them removed or narrowed.
+    assert {m.oldest_release for m in migrations} == {"0.1.0"}
+
+
+# What a minor release's migration may not do: each would break the previous release's code
+# running beside it (a column it reads or writes, a value it stores, a row it inserts).
+NARROWING = [
+    (r"\bDROP\s+(TABLE|VIEW|FUNCTION|TYPE|SEQUENCE)\b", "drops an object"),
+    (r"\bDROP\s+COLUMN\b", "drops a column"),
+    (r"\bRENAME\b", "renames"),
+    (r"\bSET\s+NOT\s+NULL\b", "makes a column NOT NULL"),
+    (r"\bALTER\s+COLUMN\s+\w+\s+(SET\s+DATA\s+)?TYPE\b", "changes a column's type"),
+    (r"\bADD\s+COLUMN\b(?:(?!,\s*ADD\b)[^;])*\bNOT\s+NULL\b(?:(?!\bDEFAULT\b)[^;,])*(;|,)",
+     "adds a NOT NULL column without a default"),
+]
+
+
+def narrowing(sql: str) -> list[str]:
+    import re  # noqa: PLC0415
+
+    text = re.sub(r"--[^\n]*", "", sql)
+    return [why for pattern, why in NARROWING if re.search(pattern, text, re.I)]
+
+
+def test_the_narrowing_check_catches_what_it_names():
+    assert narrowing("ALTER TABLE outbox ADD COLUMN x int NOT NULL;") == [
+        "adds a NOT NULL column without a default"]
+    assert narrowing("ALTER TABLE outbox ADD COLUMN x int NOT NULL DEFAULT 0;") == []
+    assert narrowing("ALTER TABLE outbox ADD COLUMN x int;") == []
+    assert narrowing("ALTER TABLE outbox DROP COLUMN task;") == ["drops a column"]
+    assert narrowing("ALTER TABLE periods ALTER COLUMN reason SET NOT NULL;") == [
+        "makes a column NOT NULL"]
+    assert narrowing("ALTER TABLE periods RENAME COLUMN reason TO why;") == ["renames"]
+    assert narrowing("-- DROP TABLE outbox;\nCREATE INDEX i ON outbox (id);") == []
+
+
+def test_migrations_since_the_last_release_only_add():
+    """A static first line of defence; tests/test_rolling_upgrade.py is the proof (the previous
+    release's code running on the new schema). A widened CHECK drops and re-adds its constraint:
+    that is allowed, dropping an index or constraint is not listed above for that reason."""
+    since_release = [m for m in available() if m.version > PREVIOUS_RELEASE_SCHEMA]
+    assert since_release, "no migration since 0.1.0: keep this test meaningful"
+    assert {m.name: narrowing(m.sql) for m in since_release if narrowing(m.sql)} == {}
+
+
+def test_a_newer_compatible_schema_is_accepted_and_an_incompatible_one_refused():
+    current = latest_version()
+    check_compatible(SchemaState(current + 1, "0.1.0"), "s", release="0.2.0")  # only added
+    try:
+        check_compatible(SchemaState(current + 1, "0.3.0"), "s", release="0.2.0.dev0")
+    except SchemaAhead as exc:
+        assert "needs cronkeeper 0.3.0 or newer (this is 0.2.0.dev0)" in str(exc)
+        assert "install cronkeeper 0.3.0 or newer on this host" in str(exc)
+    else:
+        raise AssertionError("a schema that needs a newer release was accepted")
+
+
+def test_workers_run_on_the_previous_release_schema_the_daemon_does_not():
+    behind = SchemaState(PREVIOUS_RELEASE_SCHEMA, "0.1.0")
+    check_compatible(behind, "s", needs=PREVIOUS_RELEASE_SCHEMA)  # a worker or a relay
+    try:
+        check_compatible(behind, "s")  # the daemon and the operator commands
+    except SchemaBehind as exc:
+        assert f"is at version {PREVIOUS_RELEASE_SCHEMA}" in str(exc)
+        assert "run `cronkeeper migrate`" in str(exc)
+    else:
+        raise AssertionError("the daemon accepted a schema missing this release's migrations")
+
+
+def test_migrate_records_each_migrations_oldest_release_and_fills_in_old_rows(engine, schema):
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql(
+            f'SELECT version, oldest_release FROM "{schema}".schema_migrations ORDER BY 1').all()
+        assert rows == [(m.version, m.oldest_release) for m in available()]
+        # As 0.1.0 left it: no oldest_release column at all.
+        conn.exec_driver_sql(f'ALTER TABLE "{schema}".schema_migrations DROP COLUMN oldest_release')
+        assert schema_state(conn, schema) == SchemaState(latest_version(), "0.1.0")
+    assert migrate(engine, schema) == []
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql(
+            f'SELECT version, oldest_release FROM "{schema}".schema_migrations ORDER BY 1').all()
+        assert rows == [(m.version, m.oldest_release) for m in available()]
+        conn.exec_driver_sql(f"INSERT INTO \"{schema}\".schema_migrations VALUES "
+                             "(9000, 'from_the_future', now(), '0.4.0')")
+        assert schema_state(conn, schema) == SchemaState(9000, "0.4.0")
+    try:
+        require_compatible(engine, schema)
+    except SchemaAhead as exc:
+        assert "version 9000, which needs cronkeeper 0.4.0 or newer" in str(exc)
+    else:
+        raise AssertionError("a schema migrated by 0.4.0 was accepted")

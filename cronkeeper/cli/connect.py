@@ -15,8 +15,8 @@ from cronkeeper.db.engine import (
     normalize_url,
     redact,
 )
-from cronkeeper.db.migrate import migrate, require_current
-from cronkeeper.errors import DatabaseError, SchemaBehind
+from cronkeeper.db.migrate import migrate, require_compatible
+from cronkeeper.errors import DatabaseError, SchemaIncompatible
 
 log = logging.getLogger("cronkeeper.connect")
 
@@ -31,14 +31,18 @@ class Database:
 
 def open_database(
     database_url: str | None, schema: str, *, migrate_first: bool = False, check: bool = True,
-    application_name: str = "cronkeeper", wait: bool = False,
+    application_name: str = "cronkeeper", wait: bool = False, schema_needed: int | None = None,
+    migrate_embedded: bool = True,
 ) -> Database:
     """The embedded database is migrated always; a configured one only when asked to.
 
     ``wait`` (the daemon and the worker): a database that cannot be reached at start is waited
     for, with backoff (0.5 s doubling to 5 s) and a log line per try, as it is once running; a
     process started during a restart or a failover must not exit for it. A schema that is
-    behind, or an error that is not about connecting, still ends the command at once."""
+    behind, or an error that is not about connecting, still ends the command at once.
+
+    ``schema_needed``: the oldest schema version the command works with (default: every
+    migration this release ships; workers and relays also run on the previous release's)."""
     check_schema_name(schema)
     is_embedded = not database_url
     url = normalize_url(database_url or embedded.start())
@@ -46,13 +50,13 @@ def open_database(
     delay = 0.5
     while True:
         try:
-            if migrate_first or is_embedded:
+            if migrate_first or (is_embedded and migrate_embedded):
                 migrate(engine, schema)
             elif check:
-                require_current(engine, schema)
+                require_compatible(engine, schema, needs=schema_needed)
             break
         except DatabaseError as exc:
-            if not wait or isinstance(exc, SchemaBehind) or not _cannot_connect(exc):
+            if not wait or isinstance(exc, SchemaIncompatible) or not _cannot_connect(exc):
                 raise
             log.warning("database unavailable at start (%s): %s; retrying in %.1fs",
                         redact(url), exc, delay, extra={"action": "db_unavailable"})

@@ -72,12 +72,14 @@ def relay_command(
 ) -> None:
     """Claim routed jobs, publish them to their targets, mark them published; SIGTERM stops."""
     from cronkeeper.cli.connect import open_database
+    from cronkeeper.db.migrate import PREVIOUS_RELEASE_SCHEMA
     from cronkeeper.relay.loop import Relay
 
     logs.configure(log_format, log_level)
     config = load_config(config_path)
     targets = build_targets(config)
-    database = open_database(database_url, schema, application_name="cronkeeper-relay")
+    database = open_database(database_url, schema, application_name="cronkeeper-relay",
+                             schema_needed=PREVIOUS_RELEASE_SCHEMA)
     if database.embedded:
         log.warning("embedded database: no --database-url; this relay uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})

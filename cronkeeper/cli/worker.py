@@ -92,6 +92,7 @@ def worker_command(
 ) -> None:
     """Claim jobs from the outbox and run them; SIGTERM drains."""
     from cronkeeper.cli.connect import open_database
+    from cronkeeper.db.migrate import PREVIOUS_RELEASE_SCHEMA
     from cronkeeper.worker.commands import load_specs
     from cronkeeper.worker.loop import Worker
     from cronkeeper.worker.registry import import_modules
@@ -101,7 +102,8 @@ def worker_command(
     parsed_limits = parse_limits(limits)
     specs, digest = load_specs(schedules_dir)
     import_modules(list(imports))
-    database = open_database(database_url, schema, application_name="cronkeeper-worker", wait=True)
+    database = open_database(database_url, schema, application_name="cronkeeper-worker", wait=True,
+                             schema_needed=PREVIOUS_RELEASE_SCHEMA)
     if database.embedded:
         log.warning("embedded database: no --database-url; this worker uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})

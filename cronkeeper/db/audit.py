@@ -201,13 +201,15 @@ def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) ->
 def instances_live(
     conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float = 30.0
 ) -> list[dict[str, Any]]:
-    """Instances of the cluster whose heartbeat is recent, schedulers first."""
+    """Instances of the cluster whose heartbeat is recent and that have not stopped, schedulers
+    first."""
     cur = driver(conn).execute(
         """
         SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
                started_at, heartbeat_at, clock_skew_seconds
         FROM instances
         WHERE cluster = %(c)s AND heartbeat_at > clock_timestamp() - make_interval(secs => %(w)s)
+          AND role <> 'stopped'
         ORDER BY kind, instance_id
         """,
         {"c": cluster, "w": within_seconds},

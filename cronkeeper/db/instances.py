@@ -38,23 +38,18 @@ def instances_heartbeat(
     return conn.execute(sa.select(now)).scalar_one()
 
 
-def instances_live(conn: sa.Connection, cluster: str, within_seconds: float = 30.0) -> list[dict]:
-    rows = conn.execute(
-        sa.select(instances)
-        .where(
-            instances.c.cluster == cluster,
-            instances.c.heartbeat_at
-            > sa.func.clock_timestamp() - sa.func.make_interval(0, 0, 0, 0, 0, 0, within_seconds),
+def instances_stopped(conn: sa.Connection, cluster: str, instance_id: str) -> None:
+    """A gracefully stopped instance records that it stopped (role ``stopped``, migration 8),
+    its last heartbeat kept: no longer live, and shown as stopped rather than stale. On a schema
+    before migration 8 (an instance of this release stopping before ``migrate`` ran, in a
+    rolling upgrade) the check refuses the role, and the heartbeat is backdated instead, as
+    0.1.0 did, so that it still leaves the live instances at once."""
+    where = (instances.c.cluster == cluster, instances.c.instance_id == instance_id)
+    try:
+        with conn.begin_nested():
+            conn.execute(sa.update(instances).where(*where).values(role="stopped"))
+    except sa.exc.IntegrityError:
+        conn.execute(
+            sa.update(instances).where(*where)
+            .values(heartbeat_at=sa.func.clock_timestamp() - sa.text("interval '1 day'"))
         )
-        .order_by(instances.c.kind, instances.c.instance_id)
-    )
-    return [dict(r._mapping) for r in rows]
-
-
-def instances_forget(conn: sa.Connection, cluster: str, instance_id: str) -> None:
-    """A gracefully stopped instance leaves the registry at once (no stale row to explain)."""
-    conn.execute(
-        sa.update(instances)
-        .where(instances.c.cluster == cluster, instances.c.instance_id == instance_id)
-        .values(heartbeat_at=sa.func.clock_timestamp() - sa.text("interval '1 day'"))
-    )

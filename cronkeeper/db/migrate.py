@@ -1,5 +1,11 @@
 """Versioned migrations: numbered SQL files shipped inside the package, one transaction each,
-applied under an advisory lock so that instances starting together migrate once."""
+applied under an advisory lock so that instances starting together migrate once.
+
+The upgrade policy (docs/upgrading.md): a minor release's migrations only add, so code of the
+previous minor release keeps working on the schema they leave. Each file says, in its first
+line (``-- oldest release: X.Y.Z``), the oldest release whose code works with the schema it
+leaves; ``migrate`` records that beside the version, so an instance of any release can tell at
+start whether a schema migrated by a newer one is still compatible with it."""
 
 from __future__ import annotations
 
@@ -9,10 +15,28 @@ from importlib import resources
 
 import sqlalchemy as sa
 
+from cronkeeper import __version__
 from cronkeeper.db.engine import migration_lock_key, translate_errors
-from cronkeeper.errors import SchemaBehind
+from cronkeeper.errors import SchemaAhead, SchemaBehind
 
 FILE_PATTERN = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
+OLDEST_RELEASE = re.compile(r"-- oldest release: (\d+\.\d+\.\d+)\n")
+FIRST_RELEASE = "0.1.0"  # rows recorded by 0.1.0, which kept no oldest release, count as it
+
+# The schema the previous minor release (0.1.0) left. Workers and relays of this release run on
+# it as well, so a rolling upgrade can start with them before ``migrate`` runs; the daemon and
+# the operator commands need every migration this release ships. tests/test_rolling_upgrade.py
+# holds this true by running a worker of this release on that schema.
+PREVIOUS_RELEASE_SCHEMA = 7
+
+
+def release_key(version: str) -> tuple[int, int, int]:
+    """``major.minor.patch`` as a tuple to compare; a development or pre-release suffix
+    (``0.2.0.dev0``) counts as the release it leads to."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a release version: {version!r}")
+    return int(match[1]), int(match[2]), int(match[3])
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +44,13 @@ class Migration:
     version: int
     name: str
     sql: str
+    oldest_release: str  # the oldest release whose code works with the schema this one leaves
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    version: int  # the highest migration applied (0: none)
+    oldest_release: str  # the oldest release that works with it: the most any applied one says
 
 
 def available() -> list[Migration]:
@@ -27,7 +58,12 @@ def available() -> list[Migration]:
     for entry in resources.files("cronkeeper.migrations").iterdir():
         match = FILE_PATTERN.fullmatch(entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+            sql = entry.read_text(encoding="utf-8")
+            oldest = OLDEST_RELEASE.match(sql)
+            if oldest is None:
+                raise ValueError(f"migration {entry.name} does not begin with "
+                                 "'-- oldest release: X.Y.Z' (docs/upgrading.md)")
+            found.append(Migration(int(match[1]), match[2], sql, oldest[1]))
     return sorted(found, key=lambda m: m.version)
 
 
@@ -47,6 +83,29 @@ def migrations_applied(conn: sa.Connection, schema: str) -> int:
     ).scalar_one()
 
 
+def schema_state(conn: sa.Connection, schema: str) -> SchemaState:
+    """The schema's version and the oldest release that works with it."""
+    version = migrations_applied(conn, schema)
+    if version == 0:
+        return SchemaState(0, FIRST_RELEASE)
+    has_column = conn.execute(
+        sa.text("SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = :s"
+                " AND table_name = 'schema_migrations' AND column_name = 'oldest_release')"),
+        {"s": schema},
+    ).scalar_one()
+    releases = conn.execute(
+        sa.text(f'SELECT DISTINCT oldest_release FROM "{schema}".schema_migrations')
+    ).scalars().all() if has_column else []
+    oldest = max((r or FIRST_RELEASE for r in releases), key=release_key, default=FIRST_RELEASE)
+    return SchemaState(version, oldest)
+
+
+def pending(conn: sa.Connection, schema: str) -> list[Migration]:
+    """The migrations ``migrate`` would apply now."""
+    current = migrations_applied(conn, schema)
+    return [m for m in available() if m.version > current]
+
+
 def migrate(engine: sa.Engine, schema: str) -> list[int]:
     """Apply every pending migration; return the versions applied (empty when current)."""
     applied: list[int] = []
@@ -63,8 +122,19 @@ def migrate(engine: sa.Engine, schema: str) -> list[int]:
             conn.exec_driver_sql(
                 f'CREATE TABLE IF NOT EXISTS "{schema}".schema_migrations ('
                 "version integer PRIMARY KEY, name text NOT NULL, "
-                "applied_at timestamptz NOT NULL DEFAULT now())"
+                "applied_at timestamptz NOT NULL DEFAULT now(), oldest_release text)"
             )
+            # A schema 0.1.0 made has no oldest_release column: add it, and fill in what each
+            # migration this release knows says (one already applied keeps its number).
+            conn.exec_driver_sql(
+                f'ALTER TABLE "{schema}".schema_migrations ADD COLUMN IF NOT EXISTS oldest_release text'
+            )
+            for known in available():
+                conn.execute(
+                    sa.text(f'UPDATE "{schema}".schema_migrations SET oldest_release = :r '
+                            "WHERE version = :v AND oldest_release IS NULL"),
+                    {"r": known.oldest_release, "v": known.version},
+                )
             conn.commit()
             current = migrations_applied(conn, schema)
             conn.commit()
@@ -75,9 +145,10 @@ def migrate(engine: sa.Engine, schema: str) -> list[int]:
                 conn.exec_driver_sql(migration.sql)
                 conn.execute(
                     sa.text(
-                        f'INSERT INTO "{schema}".schema_migrations (version, name) VALUES (:v, :n)'
+                        f'INSERT INTO "{schema}".schema_migrations (version, name, oldest_release) '
+                        "VALUES (:v, :n, :r)"
                     ),
-                    {"v": migration.version, "n": migration.name},
+                    {"v": migration.version, "n": migration.name, "r": migration.oldest_release},
                 )
                 conn.commit()
                 applied.append(migration.version)
@@ -88,18 +159,29 @@ def migrate(engine: sa.Engine, schema: str) -> list[int]:
     return applied
 
 
-def require_current(engine: sa.Engine, schema: str) -> None:
-    """Refuse to run against a schema that is behind (or ahead of) this cronkeeper."""
+def check_compatible(state: SchemaState, schema: str, *, needs: int | None = None,
+                     release: str = __version__) -> None:
+    """Refuse a schema older than this release needs (``needs``: by default every migration it
+    ships) or migrated by a newer release that this one is too old for; the message says which
+    command to run or which release to install. A newer schema whose oldest release is this one
+    or older is compatible: its migrations only added."""
+    needed = latest_version() if needs is None else needs
+    if state.version < needed:
+        raise SchemaBehind(
+            f"schema {schema!r} is at version {state.version}, this cronkeeper ({release}) "
+            f"needs version {needed}: run `cronkeeper migrate` (or start with --migrate)"
+        )
+    if release_key(state.oldest_release) > release_key(release):
+        raise SchemaAhead(
+            f"schema {schema!r} is at version {state.version}, which needs cronkeeper "
+            f"{state.oldest_release} or newer (this is {release}): install cronkeeper "
+            f"{state.oldest_release} or newer on this host"
+        )
+
+
+def require_compatible(engine: sa.Engine, schema: str, *, needs: int | None = None) -> SchemaState:
+    """``check_compatible`` against the schema as it is now."""
     with translate_errors("checking the schema version"), engine.connect() as conn:
-        current = migrations_applied(conn, schema)
-    latest = latest_version()
-    if current < latest:
-        raise SchemaBehind(
-            f"schema {schema!r} is at version {current}, this cronkeeper needs {latest}: "
-            "run `cronkeeper migrate` (or start with --migrate)"
-        )
-    if current > latest:
-        raise SchemaBehind(
-            f"schema {schema!r} is at version {current}, newer than this cronkeeper knows "
-            f"({latest}): upgrade cronkeeper on this host"
-        )
+        state = schema_state(conn, schema)
+    check_compatible(state, schema, needs=needs)
+    return state

@@ -131,6 +131,7 @@ schema_migrations = sa.Table(
     sa.Column("version", sa.Integer, primary_key=True),
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("applied_at", TS, nullable=False),
+    sa.Column("oldest_release", sa.Text),  # docs/upgrading.md; NULL on rows 0.1.0 wrote
 )
 
 # Indexes the worker relies on (migrations/0002_worker_serial_index.sql).

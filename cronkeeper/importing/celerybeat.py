@@ -356,12 +356,22 @@ def _relay(source: str, entries: tuple[Entry, ...]) -> str:
 MAX_CHECKS = 200_000  # is_due calls per entry; a faster schedule is compared over a shorter span
 
 
-def beat_fires(sched: Any, start: datetime, end: datetime) -> tuple[list[int], datetime]:
+def beat_fires(
+    sched: Any, zone: str, start: datetime, end: datetime
+) -> tuple[list[int], datetime]:
     """When Celery beat, started at ``start``, runs an entry: its own ``is_due`` on a simulated
     clock. Beat sleeps until the next check ``is_due`` asks for (its max loop interval only adds
     checks that change nothing, since each check recomputes from the last run). Returns the fires
-    and the instant the simulation reached (``end``, or earlier after :data:`MAX_CHECKS`)."""
+    and the instant the simulation reached (``end``, or earlier after :data:`MAX_CHECKS`).
+
+    Beat reads the schedule in ``zone``, the zone it was written in (the app's, or --timezone for
+    an app on the host's local time), never in this process's local zone: an app with
+    ``enable_utc = False`` and no ``timezone`` would otherwise be simulated in the importing
+    host's zone (its ``app.timezone`` is the local time of whoever runs the import)."""
+    from celery.utils.time import timezone as celery_zones
+
     s = copy.copy(sched)
+    s.tz = celery_zones.get_timezone(zone)  # the schedule's zone (a cached property of Celery's)
     clock = [start]
     s.nowfun = lambda: clock[0]
     last = start

@@ -329,3 +329,24 @@ def test_compare_runs_beat_in_the_schedules_zone_not_the_importers(tmp_path, imp
     assert out.rstrip().endswith("2 entries compared from 2026-12-01T00:00:00Z for 365 days; "
                                  "0 differing instants")  # fmt: skip
 
+
+def test_two_apps_into_one_folder_keep_names_unique(tmp_path) -> None:
+    """Two apps' beat schedules in one folder, both with a "cleanup" entry: the second app's
+    takes its file's name in front, stderr says so, and the folder validates."""
+    for name in ("billing", "shipping"):
+        write_module(tmp_path, name, f'''
+from celery import Celery
+app = Celery("{name}", broker="memory://")
+app.conf.beat_schedule = {{"cleanup": {{"task": "{name}.cleanup", "schedule": 3600}}}}
+''')
+        done = cli("import", "celery-beat", f"{name}:app", "--misfire", "skip", "-o", "out",
+                   cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert ("entry cleanup: warning: schedule name 'cleanup' is already defined in "
+            "out/billing-app.toml, and names are unique across a directory: named "
+            "'shipping-app-cleanup'") in done.stderr  # fmt: skip
+    assert list(tomllib.loads((tmp_path / "out" / "shipping-app.toml").read_text())) == [
+        "shipping-app-cleanup"]
+    relay = tomllib.loads((tmp_path / "out" / "shipping-app.relay.toml.example").read_text())
+    assert relay["routes"][0]["schedules"] == ["shipping-app-cleanup"]
+    assert cli("validate", "out", cwd=tmp_path).returncode == 0

@@ -32,6 +32,7 @@ import io
 import json
 import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -207,9 +208,11 @@ def _payload(app: Any, task: str, args: Any, kwargs: Any) -> tuple[dict | None, 
 
 
 def convert(
-    app: Any, *, source: str, misfire: str, owner: str | None, timezone: str | None
+    app: Any, *, source: str, misfire: str, owner: str | None, timezone: str | None,
+    taken: Mapping[str, str] | None = None,
 ) -> Conversion:
-    """Convert the app's beat schedule. Raises UnusableInput when it cannot be read at all."""
+    """Convert the app's beat schedule. Raises UnusableInput when it cannot be read at all.
+    ``taken``: names other files of the output directory define (see :func:`naming.apart`)."""
     from celery.schedules import crontab, schedule, solar
 
     zone = _zone(app, timezone)
@@ -232,9 +235,12 @@ def convert(
             problems.append(Problem(where, reasons[0]))
             continue
         drafts.append((naming.slug(str(key)) or "job", draft))
-    names = naming.unique([n for n, _ in drafts])
+    stem = stem_of(source)
+    named = naming.apart([n for n, _ in drafts], stem, taken or {})
     entries = []
-    for name, (_, d) in zip(names, drafts, strict=True):
+    for (name, why), (_, d) in zip(named, drafts, strict=True):
+        if why:
+            problems.append(Problem(f"entry {d['key']}", why, left_out=False))
         keys: list[tuple[str, Any]] = [(d["when"][0], d["when"][1]), ("timezone", zone),
                                        ("misfire", misfire), ("task", d["task"])]  # fmt: skip
         notes = d["notes"]
@@ -248,13 +254,17 @@ def convert(
         keys.append(("description", f"Celery beat entry {d['key']!r}"))
         entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
                              notes=tuple(notes), old=d["schedule"], queue=d["queue"]))  # fmt: skip
-    stem = naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
     return Conversion(
         source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
                                *HEADER),
         entries=tuple(entries), problems=tuple(problems), stem=stem,
         extra_for=lambda kept: ((f"{stem}.relay.toml.example", _relay(source, kept)),),
     )  # fmt: skip
+
+
+def stem_of(source: str) -> str:
+    """The output file's name without .toml: ``proj.celery:app`` -> ``proj-celery-app``."""
+    return naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
 
 
 _NO_COMPLETION = (

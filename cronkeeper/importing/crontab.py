@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,9 +183,12 @@ def convert(
     misfire: str,
     owner: str | None,
     system: bool,
+    taken: Mapping[str, str] | None = None,
 ) -> Conversion:
     """Convert crontab ``text`` (read from ``source``). ``timezone`` is the host's zone, the one
-    cron used for lines no ``CRON_TZ``/``TZ`` governs."""
+    cron used for lines no ``CRON_TZ``/``TZ`` governs. ``taken``: the schedule names the other
+    files of the output directory define (name -> file), which the entries' names avoid
+    (:func:`naming.apart`)."""
     problems: list[Problem] = []
     drafts: list[dict[str, Any]] = []
     env: dict[str, str] = {}
@@ -211,16 +215,19 @@ def convert(
             draft["description"] = " ".join(comments) or None
             drafts.append(draft)
         comments = []
-    names = naming.unique([d.pop("base_name") for d in drafts])
+    named = naming.apart([d.pop("base_name") for d in drafts], stem_of(source), taken or {})
+    problems.extend(Problem(d["where"], why, left_out=False)
+                    for (_, why), d in zip(named, drafts, strict=True) if why)  # fmt: skip
     entries = tuple(
-        _build(name, d, misfire=misfire, owner=owner) for name, d in zip(names, drafts, strict=True)
+        _build(name, d, misfire=misfire, owner=owner)
+        for (name, _), d in zip(named, drafts, strict=True)
     )
     return Conversion(
         source=source,
         header=(f"Converted by `cronkeeper import crontab` from {source}.", *HEADER),
         entries=entries,
         problems=tuple(problems),
-        stem=_stem(source),
+        stem=stem_of(source),
     )
 
 
@@ -341,7 +348,8 @@ def _build(name: str, d: dict[str, Any], *, misfire: str, owner: str | None) -> 
                  old=d["old"])
 
 
-def _stem(source: str) -> str:
+def stem_of(source: str) -> str:
+    """The output file's name without .toml: ``/etc/cron.d/php5`` -> ``php5``."""
     base = source.rsplit("/", 1)[-1]
     for ext in (".txt", ".cron", ".crontab", ".tab"):
         if base.endswith(ext) and len(base) > len(ext):

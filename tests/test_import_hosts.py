@@ -1,6 +1,7 @@
 """`cronkeeper import crontab` on a whole host's crontabs (issue 26): a Debian /etc/crontab and
-four of its /etc/cron.d files imported into one folder one after another. The fixture files
-under tests/fixtures/import/ are written in the shape those hosts ship."""
+four of its /etc/cron.d files imported into one folder one after another, a BSD /etc/crontab,
+and what the `description` of each schedule keeps. The fixture
+files under tests/fixtures/import/ are written in the shape those hosts ship."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import pytest
 from handlers_for_tests import cronkeeper_exe
 
 from cronkeeper.importing import crontab
@@ -21,6 +23,7 @@ DEBIAN = [
     FIXTURES / "debian" / "cron.d" / "sysstat",
     FIXTURES / "debian" / "cron.d" / "php5",
 ]
+BSD = FIXTURES / "bsd" / "crontab"
 ZONE = "Europe/Berlin"
 
 
@@ -112,8 +115,61 @@ def test_one_file_into_an_empty_folder_is_what_stdout_shows(tmp_path) -> None:
 
 
 def test_names_never_come_from_a_command_substitution() -> None:
-    names = {e.name for path in DEBIAN
+    names = {e.name for path in DEBIAN + [BSD]
              for e in crontab.convert(path.read_text(), source=str(path), timezone=ZONE,
                                       misfire="skip", owner=None, system=True).entries}  # fmt: skip
     assert not {n for n in names if n.startswith(("date", "hostname", "maxlifetime"))}, names
+
+
+def schedules_of(path: Path) -> dict[str, dict]:
+    done = import_system(path)
+    assert done.returncode == 0, done.stderr
+    return tomllib.loads(done.stdout)
+
+
+def test_bsd_descriptions_are_only_the_comments_right_above() -> None:
+    """A BSD /etc/crontab: a `$Header$` banner, SHELL/PATH/HOME lines, the column template and
+    a disabled `#0/15 ...` entry (a field this grammar refuses) stand above the first entry;
+    none of it is that entry's description."""
+    docs = schedules_of(BSD)
+    assert list(docs) == ["atrun", "newsyslog", "daily", "weekly", "monthly"]
+    assert "description" not in docs["atrun"]
+    assert docs["newsyslog"]["description"] == "rotate log files every hour, if necessary"
+    assert docs["daily"]["description"] == "do daily/weekly/monthly maintenance"
+    assert "description" not in docs["weekly"] and "description" not in docs["monthly"]
+
+
+def test_debian_descriptions_are_only_the_comments_right_above() -> None:
+    crontab_docs = schedules_of(DEBIAN[0])  # the job-definition diagram ends in a template line
+    assert all("description" not in d for d in crontab_docs.values())
+    mdadm = schedules_of(DEBIAN[1])["checkarray"]["description"]
+    assert mdadm.startswith("Runs at 00:57 every Sunday") and "cron.d/mdadm" not in mdadm
+    assert schedules_of(DEBIAN[3])["debian-sa1-2"]["description"] == (
+        "One more run at 23:59, to rotate the day's statistics file")
+
+
+@pytest.mark.parametrize(
+    ("above", "description"),
+    [
+        ("# nightly backup\n", "nightly backup"),
+        ("# nightly\n# backup\n", "nightly backup"),
+        ("# far above\n\n", None),  # a blank line
+        ("# far above\n#\n", None),  # a bare '#'
+        ("# far above\n# \n# near\n", "near"),
+        ("# banner\nSHELL=/bin/sh\n", None),  # a variable line
+        ("# banner\nPATH=/bin\n# near\n", "near"),
+        ("# old job\n#0/15 * * * * /usr/libexec/atrun\n", None),  # a disabled entry
+        ("# old job\n# 30 2 * * * /old/backup\n", None),
+        ("# old\n#@daily /old/backup\n", None),
+        ("# banner\n#PATH=/usr/local/bin:/bin\n", None),  # a disabled variable
+        ("# Edit this file to introduce tasks\n# m h  dom mon dow   command\n", None),
+        ("# banner\n#minute\thour\tmday\tmonth\twday\tcommand\n", None),
+        ("# 5 ways to fail: see the runbook\n", "5 ways to fail: see the runbook"),
+        ("# runs at 2 am on mon-fri, every week\n", "runs at 2 am on mon-fri, every week"),
+    ],
+)
+def test_description_is_the_comment_run_right_above(above: str, description: str | None) -> None:
+    done = crontab.convert(above + "30 2 * * * /usr/local/bin/backup.sh\n", source="c",
+                           timezone=ZONE, misfire="skip", owner=None, system=False)  # fmt: skip
+    assert [e.get("description") for e in done.entries] == [description]
 

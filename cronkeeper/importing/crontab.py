@@ -2,9 +2,11 @@
 
 Line by line, as cronie's ``load_entry``/``load_env``:
 
-- blank lines and lines whose first non-blank character is ``#`` are not entries; the comment
-  lines right above an entry (no blank line between) become its ``description``, except comments
-  that are themselves cron lines (disabled entries) and the ``m h dom mon dow`` template;
+- blank lines and lines whose first non-blank character is ``#`` are not entries; the run of
+  comment lines right above an entry becomes its ``description``. A blank line, a bare ``#``, a
+  variable line, a disabled entry or variable (``#0/15 * * * * ...``, ``#PATH=...``) and the
+  ``m h dom mon dow`` template end the run: none of them, nor what is above them, is about the
+  entry below;
 - ``NAME=VALUE`` (spaces around ``=`` allowed, a value in matching quotes unquoted) sets a
   variable for the lines below it. ``CRON_TZ`` (else ``TZ``) is the zone of the entries below,
   overriding ``--timezone``. ``SHELL`` is the shell that runs a command needing one.
@@ -59,6 +61,10 @@ _MAIL_VARIABLES = {
                                  "carried over",
 }
 _TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
+_NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
+_CRONISH = re.compile(rf"(?i)(?:[0-9*?~LWH#/,-]|{_NAMES})+")  # what a time field is made of
+_DIGIT_OR_STAR = re.compile(r"[0-9*?]")
+_DISABLED_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S")
 HEADER = (
     "Differences from cron, for every schedule below:",
     "- cron never retried a command: max_attempts = 1 keeps that. Raise it once the command is",
@@ -160,7 +166,9 @@ def _env_line(line: str) -> tuple[str, str] | None:
 
 
 def _is_cron_line(text: str) -> bool:
-    """A comment that holds a cron line (a disabled entry) is not a description."""
+    """A comment that holds a cron line (a disabled entry) is not a description. Its time
+    fields need only look like cron's: a disabled entry may be one this grammar (or any cron)
+    refuses, such as ``#0/15 * * * * root /usr/libexec/atrun``."""
     body = text.lstrip("#").strip()
     if body.startswith("@"):
         return body.split()[0] in {"@reboot", "@hourly", "@daily", "@midnight", "@weekly",
@@ -171,8 +179,17 @@ def _is_cron_line(text: str) -> bool:
     try:
         parse_cron(" ".join(fields[:5]))
     except TimingError:
-        return False
+        return all(_CRONISH.fullmatch(f) for f in fields[:5]) and any(
+            _DIGIT_OR_STAR.search(f) for f in fields[:5]
+        )
     return True
+
+
+def _not_a_description(body: str, line: str) -> bool:
+    """A comment line that ends a description rather than adding to it: a bare ``#``, a
+    disabled entry or variable, the ``m h dom mon dow`` template."""
+    return (not body or _is_cron_line(line) or bool(_TEMPLATE.match(body))
+            or bool(_DISABLED_VARIABLE.match(body)))  # fmt: skip
 
 
 def convert(
@@ -201,11 +218,14 @@ def convert(
             continue
         if line.startswith("#"):
             body = line.lstrip("#").strip()
-            if body and not _is_cron_line(line) and not _TEMPLATE.match(body):
+            if _not_a_description(body, line):
+                comments = []
+            else:
                 comments.append(body)
             continue
         variable = _env_line(line)
         if variable is not None:
+            comments = []  # what is above a variable is not about the entry below it
             env[variable[0]] = variable[1]
             if variable[0] in _MAIL_VARIABLES:
                 problems.append(Problem(where, _MAIL_VARIABLES[variable[0]], left_out=False))

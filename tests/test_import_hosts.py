@@ -1,6 +1,6 @@
 """`cronkeeper import crontab` on a whole host's crontabs (issue 26): a Debian /etc/crontab and
 four of its /etc/cron.d files imported into one folder one after another, a BSD /etc/crontab,
-and what the `description` of each schedule keeps. The fixture
+and what the `# FILE:LINE:` comment and the `description` of each schedule keep. The fixture
 files under tests/fixtures/import/ are written in the shape those hosts ship."""
 
 from __future__ import annotations
@@ -173,3 +173,23 @@ def test_description_is_the_comment_run_right_above(above: str, description: str
                            timezone=ZONE, misfire="skip", owner=None, system=False)  # fmt: skip
     assert [e.get("description") for e in done.entries] == [description]
 
+
+def test_the_provenance_comment_keeps_the_whole_line(tmp_path) -> None:
+    """The `# FILE:LINE: line` comment is the audit trail: a line of any length is kept whole
+    (tabs and the cronie '-' prefix too); a control character TOML refuses in a comment (a
+    carriage return, a vertical tab, an escape) is escaped, so the file still parses."""
+    long_line = "0 6 * * * /usr/local/bin/report " + " ".join(f"--part={i:03}" for i in range(80))
+    odd_line = "-5\t4 * * *\t/usr/local/bin/odd one\rtwo\x0bthree\x1b[31m"
+    source = tmp_path / "host.crontab"
+    source.write_text(f"{long_line}\n{odd_line}\r\n")
+    out = tmp_path / "schedules"
+    done = cli("import", "crontab", str(source), "--timezone", ZONE, "--misfire", "skip",
+               "-o", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = (out / "host.toml").read_text()
+    assert len(long_line) > 600
+    assert f"# {source}:1: {long_line}\n" in text and "..." not in text
+    assert f"# {source}:2: -5\t4 * * *\t/usr/local/bin/odd one\\x0dtwo\\x0bthree\\x1b[31m\n" in text
+    doc = tomllib.loads(text)
+    assert doc["report"]["command"][-1] == "--part=079"
+    validate(out)

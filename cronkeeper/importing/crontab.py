@@ -230,7 +230,8 @@ def convert(
             if variable[0] in _MAIL_VARIABLES:
                 problems.append(Problem(where, _MAIL_VARIABLES[variable[0]], left_out=False))
             continue
-        draft = _entry(line, where, number, env, timezone, system, problems)
+        draft = _entry(line, raw.removesuffix("\r"), where, number, env, timezone, system,
+                       problems)  # fmt: skip
         if draft is not None:
             draft["description"] = " ".join(comments) or None
             drafts.append(draft)
@@ -252,9 +253,11 @@ def convert(
 
 
 def _entry(
-    line: str, where: str, number: int, env: dict[str, str], default_zone: str, system: bool,
-    problems: list[Problem],
+    line: str, raw: str, where: str, number: int, env: dict[str, str], default_zone: str,
+    system: bool, problems: list[Problem],
 ) -> dict[str, Any] | None:
+    """The draft of the entry ``line`` (``raw``: the line as the file has it, for the
+    provenance comment), or None with the reason in ``problems``."""
     def leave(message: str) -> None:
         problems.append(Problem(where, message))
 
@@ -302,7 +305,9 @@ def _entry(
         return None
     for message in parsed.warnings:
         problems.append(Problem(where, f"cron {cron!r}: {message}", left_out=False))
-    notes: list[str] = [f"{where}: {line[:200]}" + ("..." if len(line) > 200 else "")]
+    # The whole line, the audit trail of the conversion: it holds no newline (lines are split
+    # at them), and render.comment escapes any other control character TOML refuses.
+    notes: list[str] = [f"{where}: {raw}"]
     body, stdin = split_percent(command)
     shell = env.get("SHELL") or "/bin/sh"
     if stdin is not None:

@@ -370,3 +370,20 @@ def test_a_name_another_file_of_the_directory_defines_is_renamed(tmp_path) -> No
     assert "already defined" not in clean.stderr
     assert list(tomllib.loads((out / "web02.toml").read_text())) == ["backup"]
 
+
+def test_the_host_zone_changes_what_cronie_runs_for_a_cron_tz_job(tmp_path) -> None:
+    """cronie steps by the host's clock: a CRON_TZ=America/New_York job at 20:30 on a
+    Europe/Berlin host runs a second time when Berlin springs forward (03:00 CEST, 21:00 in New
+    York), because cronie then runs the fixed-time jobs of each skipped Berlin minute. --compare
+    simulates cronie in --timezone, the host's zone, so it shows that run, marked."""
+    doc = DOCS.read_text()
+    crontab_text = re.search(r"```crontab\n(CRON_TZ=America/New_York\n.*?)```", doc, re.S)[1]
+    (tmp_path / "ny.crontab").write_text(crontab_text)
+    command = re.search(r"```sh\n(cronkeeper import crontab ny\.crontab [^\n]*)\n```", doc)[1]
+    done = cli(*command.split()[1:], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"shows, among its rows:\n\n```\n(.*?)```", doc, re.S)[1]
+    assert shown in done.stdout
+    assert "DST 2027-03-28 in Europe/Berlin, cronie's zone (CET -> CEST):" in done.stdout
+    assert " ! 2027-03-27T21:00:00-04:00    -" in done.stdout
+    assert done.stdout.rstrip().endswith("1 differing instant")

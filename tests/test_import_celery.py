@@ -3,6 +3,7 @@ the real command in a subprocess (as `celery -A` would, from the current directo
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import textwrap
@@ -71,9 +72,9 @@ app.conf.beat_schedule = {
 '''
 
 
-def cli(*args: str, cwd: Path):
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None):
     return subprocess.run([cronkeeper_exe(), *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=300)  # fmt: skip
+                          env=env, timeout=300)  # fmt: skip
 
 
 def write_module(tmp_path: Path, name: str, text: str) -> None:
@@ -292,3 +293,60 @@ app.conf.beat_schedule = {"tick": {"task": "a.b", "schedule": 1.0}}
     assert done.returncode == 0, done.stderr
     assert "(compared up to 2026-12-03T" in done.stdout
     assert done.stdout.rstrip().endswith("0 differing instants")  # no cut-off tail shown as differing
+
+
+HOST_LOCAL_APP = '''
+from celery import Celery
+from celery.schedules import crontab
+
+app = Celery("reports", broker="memory://")
+app.conf.enable_utc = False  # beat reads the schedule in the host's local time; no timezone set
+app.conf.beat_schedule = {
+    "nightly-rollup": {"task": "reports.rollup", "schedule": crontab(minute=0, hour=23)},
+    "morning-digest": {"task": "reports.digest", "schedule": crontab(minute=30, hour=7,
+                                                                     day_of_week="mon-fri")},
+}
+'''
+
+
+@pytest.mark.parametrize("importer_zone", ["Asia/Tokyo", "America/Los_Angeles"])
+def test_compare_runs_beat_in_the_schedules_zone_not_the_importers(tmp_path, importer_zone) -> None:
+    """An app on its host's local time, imported with --timezone Europe/Berlin by someone whose
+    own zone is another: beat's fires are simulated in Europe/Berlin, where the schedule was
+    written, so they equal cronkeeper's for a year holding both DST changes: no '!' at all."""
+    write_module(tmp_path, "reports", HOST_LOCAL_APP)
+    env = {**os.environ, "TZ": importer_zone}
+    done = cli("import", "celery-beat", "reports:app", "--misfire", "skip", "--timezone",
+               "Europe/Berlin", "--compare", "--from", "2026-12-01T00:00:00Z", cwd=tmp_path,
+               env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert 'nightly-rollup: cron "0 23 * * *" in Europe/Berlin' in out
+    assert "   2026-12-01T23:00:00+01:00    2026-12-01T23:00:00+01:00" in out
+    assert "DST 2027-03-28 in Europe/Berlin (CET -> CEST)" in out
+    assert not [line for line in out.splitlines() if line.startswith(" !")], out
+    assert "365 celery beat fires, 365 cronkeeper fires in 365 days; 0 instants differ" in out
+    assert out.rstrip().endswith("2 entries compared from 2026-12-01T00:00:00Z for 365 days; "
+                                 "0 differing instants")  # fmt: skip
+
+
+def test_two_apps_into_one_folder_keep_names_unique(tmp_path) -> None:
+    """Two apps' beat schedules in one folder, both with a "cleanup" entry: the second app's
+    takes its file's name in front, stderr says so, and the folder validates."""
+    for name in ("billing", "shipping"):
+        write_module(tmp_path, name, f'''
+from celery import Celery
+app = Celery("{name}", broker="memory://")
+app.conf.beat_schedule = {{"cleanup": {{"task": "{name}.cleanup", "schedule": 3600}}}}
+''')
+        done = cli("import", "celery-beat", f"{name}:app", "--misfire", "skip", "-o", "out",
+                   cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    assert ("entry cleanup: warning: schedule name 'cleanup' is already defined in "
+            "out/billing-app.toml, and names are unique across a directory: named "
+            "'shipping-app-cleanup'") in done.stderr  # fmt: skip
+    assert list(tomllib.loads((tmp_path / "out" / "shipping-app.toml").read_text())) == [
+        "shipping-app-cleanup"]
+    relay = tomllib.loads((tmp_path / "out" / "shipping-app.relay.toml.example").read_text())
+    assert relay["routes"][0]["schedules"] == ["shipping-app-cleanup"]
+    assert cli("validate", "out", cwd=tmp_path).returncode == 0

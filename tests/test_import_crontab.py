@@ -316,6 +316,15 @@ def test_percent_split_follows_cronie(command: str, stdin: str | None) -> None:
         ("test -x /usr/sbin/anacron || ( cd / && run-parts --report /etc/cron.daily )",
          "run-parts-cron.daily"),
         ("%%%", "job"),
+        ("[ $(date +\\%w) -eq 0 ] && [ -x /usr/lib/zfs-linux/scrub ] && /usr/lib/zfs-linux/scrub",
+         "scrub"),
+        ("if [ -x /usr/share/mdadm/checkarray ] && [ $(date +%d) -le 7 ]; then "
+         "/usr/share/mdadm/checkarray --cron; fi", "checkarray"),
+        ("`date +%s` > /tmp/x; /opt/tick", "tick"),
+        ("echo \"$(hostname) up\" | mail -s 'a $(b)' root", "echo"),
+        ("$HOME/bin/sync.sh", "sync"),
+        ("${PYTHON:-python3} /srv/jobs/reindex.py", "reindex"),
+        ("while true; do /usr/bin/poll; done", "poll"),
     ],
 )
 def test_names_come_from_the_program(command: str, name: str) -> None:
@@ -342,18 +351,39 @@ def test_a_group_writable_output_directory_is_warned_about(tmp_path) -> None:
     assert cli("validate", str(out)).returncode == 1  # what the warning predicted
 
 
-def test_a_name_another_file_of_the_directory_defines_is_warned_about(tmp_path) -> None:
+def test_a_name_another_file_of_the_directory_defines_is_renamed(tmp_path) -> None:
+    """Two hosts' crontabs into one folder: the second's backup takes its file's name in front,
+    and stderr says so; validate then accepts the folder (it refuses a name defined twice)."""
     out = tmp_path / "schedules"
     for host in ("web01", "web02"):
         (tmp_path / host).write_text("0 2 * * * /usr/local/bin/backup.sh\n")
         done = cli("import", "crontab", str(tmp_path / host), "--timezone", "UTC", "--misfire",
                    "skip", "-o", str(out))  # fmt: skip
         assert done.returncode == 0
-    assert "schedule 'backup' is also defined in" in done.stderr
-    again = cli("import", "crontab", str(tmp_path / "web02"), "--timezone", "UTC", "--misfire",
-                "skip", "-o", str(out))  # fmt: skip  (its own file is not a clash)
-    assert "also defined" in again.stderr  # web01.toml still defines it
+    assert (f"{tmp_path / 'web02'}:1: warning: schedule name 'backup' is already defined in "
+            f"{out / 'web01.toml'}") in done.stderr  # fmt: skip
+    assert list(tomllib.loads((out / "web02.toml").read_text())) == ["web02-backup"]
+    assert cli("validate", str(out)).returncode == 0
     (out / "web01.toml").unlink()
     clean = cli("import", "crontab", str(tmp_path / "web02"), "--timezone", "UTC", "--misfire",
                 "skip", "-o", str(out))  # fmt: skip
-    assert "also defined" not in clean.stderr
+    assert "already defined" not in clean.stderr
+    assert list(tomllib.loads((out / "web02.toml").read_text())) == ["backup"]
+
+
+def test_the_host_zone_changes_what_cronie_runs_for_a_cron_tz_job(tmp_path) -> None:
+    """cronie steps by the host's clock: a CRON_TZ=America/New_York job at 20:30 on a
+    Europe/Berlin host runs a second time when Berlin springs forward (03:00 CEST, 21:00 in New
+    York), because cronie then runs the fixed-time jobs of each skipped Berlin minute. --compare
+    simulates cronie in --timezone, the host's zone, so it shows that run, marked."""
+    doc = DOCS.read_text()
+    crontab_text = re.search(r"```crontab\n(CRON_TZ=America/New_York\n.*?)```", doc, re.S)[1]
+    (tmp_path / "ny.crontab").write_text(crontab_text)
+    command = re.search(r"```sh\n(cronkeeper import crontab ny\.crontab [^\n]*)\n```", doc)[1]
+    done = cli(*command.split()[1:], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = re.search(r"shows, among its rows:\n\n```\n(.*?)```", doc, re.S)[1]
+    assert shown in done.stdout
+    assert "DST 2027-03-28 in Europe/Berlin, cronie's zone (CET -> CEST):" in done.stdout
+    assert " ! 2027-03-27T21:00:00-04:00    -" in done.stdout
+    assert done.stdout.rstrip().endswith("1 differing instant")

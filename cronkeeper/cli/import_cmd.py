@@ -1,10 +1,12 @@
 """`cronkeeper import crontab|celery-beat`: arrive from cron or Celery beat (SPEC §12).
 
 Schedule files go to stdout, or with ``-o DIR`` into ``DIR/<name>.toml`` (DIR created if missing;
-files 0644, written whole through a temporary file and a rename). Every line or entry not
-converted is reported on stderr as ``FILE:LINE: reason`` (``entry NAME: reason``); caveats of
-converted ones as ``FILE:LINE: warning: ...``. Exit 0 when everything was converted, 1 when
-something was left out (the rest is still written), 2 on unusable input, with nothing written.
+files 0644, written whole through a temporary file and a rename); names another file under DIR
+defines are avoided (importing.naming.apart), so several crontabs can share DIR. Every line or
+entry not converted is reported on stderr as ``FILE:LINE: reason`` (``entry NAME: reason``);
+caveats of converted ones as ``FILE:LINE: warning: ...``. Exit 0 when everything was
+converted, 1 when something was left out (the rest is still written), 2 on unusable input, with
+nothing written.
 ``--compare`` prints the old system's fires beside cronkeeper's (instead of the TOML on stdout,
 unless ``-o`` is given).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import tomllib
 from datetime import UTC, datetime
 
 import click
@@ -82,23 +85,28 @@ def _write(directory: str, files: list[tuple[str, str]]) -> None:
             raise
 
 
-def _warn_clashes(directory: str, written: str, names: list[str]) -> None:
-    """Names already defined by the other schedule files of DIR: validate refuses duplicates."""
-    if not os.path.isdir(directory):
-        return
-    from cronkeeper.spec import load_paths
-
-    others = [
-        os.path.join(directory, f) for f in sorted(os.listdir(directory))
-        if f.endswith(".toml") and f != written and not f.startswith(".")
-    ]  # fmt: skip
-    if not others:
-        return
-    existing = {s.name: s for s in load_paths(others, now=clock.wall()).schedules.specs}
-    for name in names:
-        if name in existing:
-            click.echo(f"warning: schedule '{name}' is also defined in {directory}; validate "
-                       "refuses a name defined twice: rename one", err=True)  # fmt: skip
+def _names_in(directory: str | None, own: str) -> dict[str, str]:
+    """The schedule names the ``*.toml`` files under DIR define (name -> file), as validate
+    reads DIR, except ``DIR/own``: the file this import rewrites. A file that cannot be read or
+    parsed is passed over (validate names it); no DIR, no names."""
+    if directory is None or not os.path.isdir(directory):
+        return {}
+    own_path = os.path.join(directory, own)
+    found: dict[str, str] = {}
+    for root, dirnames, filenames in os.walk(directory):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            path = os.path.join(root, name)
+            if not name.endswith(".toml") or name.startswith(".") or path == own_path:
+                continue
+            try:
+                doc = tomllib.loads(read_text(path))
+            except (Unusable, tomllib.TOMLDecodeError, RecursionError):
+                continue
+            for schedule, table in doc.items():
+                if isinstance(table, dict):
+                    found.setdefault(schedule, path)
+    return found
 
 
 def _start(value: str | None) -> datetime:
@@ -121,7 +129,6 @@ def _finish(conversion: Conversion, output: str | None, compare, days: int) -> N
     for problem in conversion.problems:
         click.echo(problem.render(), err=True)
     if output is not None:
-        _warn_clashes(output, f"{conversion.stem}.toml", [e.name for e in conversion.entries])
         files = [(f"{conversion.stem}.toml", text)] if conversion.entries else []
         files += list(conversion.extra)
         _write(output, files)
@@ -191,8 +198,9 @@ def crontab_command(file, timezone, system, misfire, owner, output, compare, day
     if system is None:
         system = crontab.is_system_path(os.path.abspath(file))
     source = "stdin" if file == "-" else file
+    taken = _names_in(output, f"{crontab.stem_of(source)}.toml")
     conversion = crontab.convert(text, source=source, timezone=timezone, misfire=misfire,
-                                 owner=owner, system=system)  # fmt: skip
+                                 owner=owner, system=system, taken=taken)  # fmt: skip
 
     def show(done: Conversion) -> str:
         sides = cmp.crontab_sides(done.entries, timezone, begin, days)
@@ -214,8 +222,9 @@ def celery_beat_command(app_spec, timezone, misfire, owner, output, compare, day
     _check_output(output)
     begin = _start(start)
     app = celerybeat.load_app(app_spec)  # UnusableInput: exit 2, nothing written
+    taken = _names_in(output, f"{celerybeat.stem_of(app_spec)}.toml")
     conversion = celerybeat.convert(app, source=app_spec, misfire=misfire, owner=owner,
-                                    timezone=timezone)  # fmt: skip
+                                    timezone=timezone, taken=taken)  # fmt: skip
 
     def show(done: Conversion) -> str:
         sides = cmp.celery_sides(done.entries, begin, days, celerybeat.beat_fires)

@@ -32,6 +32,7 @@ import io
 import json
 import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -207,9 +208,11 @@ def _payload(app: Any, task: str, args: Any, kwargs: Any) -> tuple[dict | None, 
 
 
 def convert(
-    app: Any, *, source: str, misfire: str, owner: str | None, timezone: str | None
+    app: Any, *, source: str, misfire: str, owner: str | None, timezone: str | None,
+    taken: Mapping[str, str] | None = None,
 ) -> Conversion:
-    """Convert the app's beat schedule. Raises UnusableInput when it cannot be read at all."""
+    """Convert the app's beat schedule. Raises UnusableInput when it cannot be read at all.
+    ``taken``: names other files of the output directory define (see :func:`naming.apart`)."""
     from celery.schedules import crontab, schedule, solar
 
     zone = _zone(app, timezone)
@@ -232,9 +235,12 @@ def convert(
             problems.append(Problem(where, reasons[0]))
             continue
         drafts.append((naming.slug(str(key)) or "job", draft))
-    names = naming.unique([n for n, _ in drafts])
+    stem = stem_of(source)
+    named = naming.apart([n for n, _ in drafts], stem, taken or {})
     entries = []
-    for name, (_, d) in zip(names, drafts, strict=True):
+    for (name, why), (_, d) in zip(named, drafts, strict=True):
+        if why:
+            problems.append(Problem(f"entry {d['key']}", why, left_out=False))
         keys: list[tuple[str, Any]] = [(d["when"][0], d["when"][1]), ("timezone", zone),
                                        ("misfire", misfire), ("task", d["task"])]  # fmt: skip
         notes = d["notes"]
@@ -248,13 +254,17 @@ def convert(
         keys.append(("description", f"Celery beat entry {d['key']!r}"))
         entries.append(Entry(name=name, where=f"entry {d['key']}", keys=tuple(keys),
                              notes=tuple(notes), old=d["schedule"], queue=d["queue"]))  # fmt: skip
-    stem = naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
     return Conversion(
         source=source, header=(f"Converted by `cronkeeper import celery-beat` from {source}.",
                                *HEADER),
         entries=tuple(entries), problems=tuple(problems), stem=stem,
         extra_for=lambda kept: ((f"{stem}.relay.toml.example", _relay(source, kept)),),
     )  # fmt: skip
+
+
+def stem_of(source: str) -> str:
+    """The output file's name without .toml: ``proj.celery:app`` -> ``proj-celery-app``."""
+    return naming.slug(source.replace(":", "-").replace(".", "-")) or "celery-beat"
 
 
 _NO_COMPLETION = (
@@ -356,12 +366,22 @@ def _relay(source: str, entries: tuple[Entry, ...]) -> str:
 MAX_CHECKS = 200_000  # is_due calls per entry; a faster schedule is compared over a shorter span
 
 
-def beat_fires(sched: Any, start: datetime, end: datetime) -> tuple[list[int], datetime]:
+def beat_fires(
+    sched: Any, zone: str, start: datetime, end: datetime
+) -> tuple[list[int], datetime]:
     """When Celery beat, started at ``start``, runs an entry: its own ``is_due`` on a simulated
     clock. Beat sleeps until the next check ``is_due`` asks for (its max loop interval only adds
     checks that change nothing, since each check recomputes from the last run). Returns the fires
-    and the instant the simulation reached (``end``, or earlier after :data:`MAX_CHECKS`)."""
+    and the instant the simulation reached (``end``, or earlier after :data:`MAX_CHECKS`).
+
+    Beat reads the schedule in ``zone``, the zone it was written in (the app's, or --timezone for
+    an app on the host's local time), never in this process's local zone: an app with
+    ``enable_utc = False`` and no ``timezone`` would otherwise be simulated in the importing
+    host's zone (its ``app.timezone`` is the local time of whoever runs the import)."""
+    from celery.utils.time import timezone as celery_zones
+
     s = copy.copy(sched)
+    s.tz = celery_zones.get_timezone(zone)  # the schedule's zone (a cached property of Celery's)
     clock = [start]
     s.nowfun = lambda: clock[0]
     last = start

@@ -151,12 +151,14 @@ def crontab_sides(
 
 def celery_sides(
     entries: Sequence[Entry], start: datetime, days: int,
-    fires: Callable[[object, datetime, datetime], tuple[list[int], datetime]],
+    fires: Callable[[object, str, datetime, datetime], tuple[list[int], datetime]],
 ) -> list[Side]:  # fmt: skip
+    """``fires(schedule, zone, start, end)`` runs beat's own code in the entry's ``timezone``,
+    the zone the schedule was written in."""
     end = start + timedelta(days=days)
     sides = []
     for e in entries:
-        old, reached = fires(e.old, start, end)
+        old, reached = fires(e.old, e.get("timezone"), start, end)
         sides.append(Side(e, old, cronkeeper_fires(e, start, reached),
                           until=reached if reached < end else None))  # fmt: skip
     return sides

@@ -2,9 +2,11 @@
 
 Line by line, as cronie's ``load_entry``/``load_env``:
 
-- blank lines and lines whose first non-blank character is ``#`` are not entries; the comment
-  lines right above an entry (no blank line between) become its ``description``, except comments
-  that are themselves cron lines (disabled entries) and the ``m h dom mon dow`` template;
+- blank lines and lines whose first non-blank character is ``#`` are not entries; the run of
+  comment lines right above an entry becomes its ``description``. A blank line, a bare ``#``, a
+  variable line, a disabled entry or variable (``#0/15 * * * * ...``, ``#PATH=...``) and the
+  ``m h dom mon dow`` template end the run: none of them, nor what is above them, is about the
+  entry below;
 - ``NAME=VALUE`` (spaces around ``=`` allowed, a value in matching quotes unquoted) sets a
   variable for the lines below it. ``CRON_TZ`` (else ``TZ``) is the zone of the entries below,
   overriding ``--timezone``. ``SHELL`` is the shell that runs a command needing one.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +61,10 @@ _MAIL_VARIABLES = {
                                  "carried over",
 }
 _TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
+_NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
+_CRONISH = re.compile(rf"(?i)(?:[0-9*?~LWH#/,-]|{_NAMES})+")  # what a time field is made of
+_DIGIT_OR_STAR = re.compile(r"[0-9*?]")
+_DISABLED_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S")
 HEADER = (
     "Differences from cron, for every schedule below:",
     "- cron never retried a command: max_attempts = 1 keeps that. Raise it once the command is",
@@ -159,7 +166,9 @@ def _env_line(line: str) -> tuple[str, str] | None:
 
 
 def _is_cron_line(text: str) -> bool:
-    """A comment that holds a cron line (a disabled entry) is not a description."""
+    """A comment that holds a cron line (a disabled entry) is not a description. Its time
+    fields need only look like cron's: a disabled entry may be one this grammar (or any cron)
+    refuses, such as ``#0/15 * * * * root /usr/libexec/atrun``."""
     body = text.lstrip("#").strip()
     if body.startswith("@"):
         return body.split()[0] in {"@reboot", "@hourly", "@daily", "@midnight", "@weekly",
@@ -170,8 +179,17 @@ def _is_cron_line(text: str) -> bool:
     try:
         parse_cron(" ".join(fields[:5]))
     except TimingError:
-        return False
+        return all(_CRONISH.fullmatch(f) for f in fields[:5]) and any(
+            _DIGIT_OR_STAR.search(f) for f in fields[:5]
+        )
     return True
+
+
+def _not_a_description(body: str, line: str) -> bool:
+    """A comment line that ends a description rather than adding to it: a bare ``#``, a
+    disabled entry or variable, the ``m h dom mon dow`` template."""
+    return (not body or _is_cron_line(line) or bool(_TEMPLATE.match(body))
+            or bool(_DISABLED_VARIABLE.match(body)))  # fmt: skip
 
 
 def convert(
@@ -182,9 +200,12 @@ def convert(
     misfire: str,
     owner: str | None,
     system: bool,
+    taken: Mapping[str, str] | None = None,
 ) -> Conversion:
     """Convert crontab ``text`` (read from ``source``). ``timezone`` is the host's zone, the one
-    cron used for lines no ``CRON_TZ``/``TZ`` governs."""
+    cron used for lines no ``CRON_TZ``/``TZ`` governs. ``taken``: the schedule names the other
+    files of the output directory define (name -> file), which the entries' names avoid
+    (:func:`naming.apart`)."""
     problems: list[Problem] = []
     drafts: list[dict[str, Any]] = []
     env: dict[str, str] = {}
@@ -197,37 +218,46 @@ def convert(
             continue
         if line.startswith("#"):
             body = line.lstrip("#").strip()
-            if body and not _is_cron_line(line) and not _TEMPLATE.match(body):
+            if _not_a_description(body, line):
+                comments = []
+            else:
                 comments.append(body)
             continue
         variable = _env_line(line)
         if variable is not None:
+            comments = []  # what is above a variable is not about the entry below it
             env[variable[0]] = variable[1]
             if variable[0] in _MAIL_VARIABLES:
                 problems.append(Problem(where, _MAIL_VARIABLES[variable[0]], left_out=False))
             continue
-        draft = _entry(line, where, number, env, timezone, system, problems)
+        draft = _entry(line, raw.removesuffix("\r"), where, number, env, timezone, system,
+                       problems)  # fmt: skip
         if draft is not None:
             draft["description"] = " ".join(comments) or None
             drafts.append(draft)
         comments = []
-    names = naming.unique([d.pop("base_name") for d in drafts])
+    named = naming.apart([d.pop("base_name") for d in drafts], stem_of(source), taken or {})
+    problems.extend(Problem(d["where"], why, left_out=False)
+                    for (_, why), d in zip(named, drafts, strict=True) if why)  # fmt: skip
     entries = tuple(
-        _build(name, d, misfire=misfire, owner=owner) for name, d in zip(names, drafts, strict=True)
+        _build(name, d, misfire=misfire, owner=owner)
+        for (name, _), d in zip(named, drafts, strict=True)
     )
     return Conversion(
         source=source,
         header=(f"Converted by `cronkeeper import crontab` from {source}.", *HEADER),
         entries=entries,
         problems=tuple(problems),
-        stem=_stem(source),
+        stem=stem_of(source),
     )
 
 
 def _entry(
-    line: str, where: str, number: int, env: dict[str, str], default_zone: str, system: bool,
-    problems: list[Problem],
+    line: str, raw: str, where: str, number: int, env: dict[str, str], default_zone: str,
+    system: bool, problems: list[Problem],
 ) -> dict[str, Any] | None:
+    """The draft of the entry ``line`` (``raw``: the line as the file has it, for the
+    provenance comment), or None with the reason in ``problems``."""
     def leave(message: str) -> None:
         problems.append(Problem(where, message))
 
@@ -275,7 +305,9 @@ def _entry(
         return None
     for message in parsed.warnings:
         problems.append(Problem(where, f"cron {cron!r}: {message}", left_out=False))
-    notes: list[str] = [f"{where}: {line[:200]}" + ("..." if len(line) > 200 else "")]
+    # The whole line, the audit trail of the conversion: it holds no newline (lines are split
+    # at them), and render.comment escapes any other control character TOML refuses.
+    notes: list[str] = [f"{where}: {raw}"]
     body, stdin = split_percent(command)
     shell = env.get("SHELL") or "/bin/sh"
     if stdin is not None:
@@ -341,7 +373,8 @@ def _build(name: str, d: dict[str, Any], *, misfire: str, owner: str | None) -> 
                  old=d["old"])
 
 
-def _stem(source: str) -> str:
+def stem_of(source: str) -> str:
+    """The output file's name without .toml: ``/etc/cron.d/php5`` -> ``php5``."""
     base = source.rsplit("/", 1)[-1]
     for ext in (".txt", ".cron", ".crontab", ".tab"):
         if base.endswith(ext) and len(base) > len(ext):

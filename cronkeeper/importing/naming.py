@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 
 NAME_MAX = 60  # well under the 128 the rule allows; long names make poor log fields
 _INVALID = re.compile(r"[^a-z0-9._-]+")
@@ -20,7 +21,9 @@ _INTERPRETERS = {"sh", "bash", "dash", "zsh", "ksh", "python", "python2", "pytho
 _DISPATCHERS = {"run-parts", "manage", "artisan", "rake", "make", "npm", "yarn", "pnpm", "docker",
                 "docker-compose", "kubectl", "systemctl", "drush", "wp", "console", "celery",
                 "flask", "django-admin", "bundle", "mix", "cargo", "git", "curl", "wget", "rsync"}
-_CONDITIONS = {"[", "[[", "test", "if", "then", "else", "fi", "!"}
+_CONDITIONS = {"[", "[[", "test", "if", "elif", "while", "until", "!"}
+# Keywords that stand before a command ("then /usr/lib/zfs-linux/scrub"): skipped alone.
+_KEYWORDS = {"then", "else", "do", "done", "fi", "esac"}
 _EXTENSIONS = (".sh", ".bash", ".py", ".pl", ".php", ".rb", ".js", ".mjs")
 
 
@@ -30,7 +33,49 @@ def slug(text: str) -> str:
     return s[:NAME_MAX].rstrip("-._")
 
 
+def without_substitutions(command: str) -> str:
+    """``command`` with its command substitutions (``$(...)``, ``$((...))``, backquotes) cut
+    out: what they run is an argument's value, never what the job is (``[ $(date +%d) -le 7 ]
+    && checkarray`` is a checkarray job, not a date job). Single quotes protect, as in sh."""
+    out: list[str] = []
+    i, n = 0, len(command)
+    quoted = False  # inside '...'
+    while i < n:
+        ch = command[i]
+        if quoted:
+            quoted = ch != "'"
+            out.append(ch)
+            i += 1
+        elif ch == "'":
+            quoted = True
+            out.append(ch)
+            i += 1
+        elif ch == "\\" and i + 1 < n:
+            out.append(command[i : i + 2])
+            i += 2
+        elif ch == "$" and command.startswith("$(", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if command[i] == "\\":
+                    i += 1
+                elif command[i] == "(":
+                    depth += 1
+                elif command[i] == ")":
+                    depth -= 1
+                i += 1
+        elif ch == "`":
+            i += 1
+            while i < n and command[i] != "`":
+                i += 2 if command[i] == "\\" else 1
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
 def _words(command: str) -> list[str]:
+    command = without_substitutions(command)
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -56,6 +101,12 @@ def command_name(command: str) -> str:
         word = words[i]
         if word in _OPERATORS or _ASSIGNMENT.match(word) or word.startswith("-") or word.isdigit():
             i += 1  # an option's value ("nice -n 10") is a number, a program name is not
+            continue
+        if word and set(word) <= set("<>&"):  # a redirection: its target is no name either
+            i += 2
+            continue
+        if word in _KEYWORDS or _program(word).startswith("$"):  # a $VARIABLE is no name
+            i += 1
             continue
         if word in _CONDITIONS:  # "[ -x prog ] && prog": skip the test up to the operator
             while i < len(words) and words[i] not in _OPERATORS:
@@ -94,12 +145,39 @@ def unique(names: list[str]) -> list[str]:
     taken: set[str] = set()
     out: list[str] = []
     for name in names:
-        base = name or "job"
-        candidate, n = base, 1
-        while candidate in taken:
-            n += 1
-            suffix = f"-{n}"
-            candidate = base[: NAME_MAX - len(suffix)] + suffix
+        candidate = _free(name or "job", taken)
         taken.add(candidate)
         out.append(candidate)
+    return out
+
+
+def _free(base: str, taken: set[str]) -> str:
+    """``base``, or the first of ``base-2``, ``base-3`` ... (cut to fit) not in ``taken``."""
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        suffix = f"-{n}"
+        candidate = base[: NAME_MAX - len(suffix)] + suffix
+    return candidate
+
+
+def apart(
+    names: list[str], stem: str, taken: Mapping[str, str]
+) -> list[tuple[str, str | None]]:
+    """``names`` made unique within one file (:func:`unique`) and across the directory it goes
+    to: a name another file there defines (``taken``: name -> that file) gets this file's
+    ``stem`` in front (``web02`` + ``backup`` -> ``web02-backup``), then -2, -3 ... if that is
+    taken too. Returns (name, a warning saying why it is not the name ``unique`` gave, or None).
+    Stable: the same names and ``taken`` give the same result."""
+    own = unique(names)
+    used = set(taken) | {n for n in own if n not in taken}
+    out: list[tuple[str, str | None]] = []
+    for name in own:
+        if name not in taken:
+            out.append((name, None))
+            continue
+        candidate = _free(name if name.startswith(f"{stem}-") else slug(f"{stem}-{name}"), used)
+        used.add(candidate)
+        out.append((candidate, f"schedule name '{name}' is already defined in {taken[name]}, "
+                               f"and names are unique across a directory: named '{candidate}'"))
     return out

@@ -52,7 +52,10 @@ def value(v: Any, path: str = "payload") -> str:
 
 
 def comment(text: str) -> str:
-    return "# " + safe(text).replace("\t", " ") if text else "#"
+    """A TOML comment holding ``text`` whole, at any length. TOML allows tabs in a comment and
+    no other control character: those (and a newline, which would end the comment) are
+    escaped by :func:`safe` as ``\\xNN``."""
+    return "# " + safe(text) if text else "#"
 
 
 def entry_text(entry: Entry) -> str:

@@ -21,6 +21,32 @@ from cronkeeper.db.migrate import migrate
 # handlers_for_tests provides the command_schedule fixture (and its handlers, for workers).
 pytest_plugins = ["handlers_for_tests"]
 
+
+# The fast subset is `pytest -m "not slow"` (README): pure and single-process tests, which may
+# run a short CLI command. These modules are the rest: they start daemons, workers, relays,
+# browsers, queue servers or a private PostgreSQL, or wait on real time, and are marked slow.
+# tests/test_layout.py refuses a module that starts such processes without being listed here.
+SLOW_MODULES = frozenset({
+    "test_daemon_config", "test_daemon_failover", "test_daemon_outage",
+    "test_daemon_partition", "test_daemon_resilience", "test_daemon_split_brain", "test_dlq",
+    "test_engine", "test_enqueue", "test_history_acceptance", "test_metrics_daemon",
+    "test_metrics_worker", "test_packaging", "test_pg_failover", "test_pooler",
+    "test_quickstart", "test_relay", "test_relay_bullmq", "test_relay_celery",
+    "test_relay_config", "test_relay_rq", "test_relay_sidekiq", "test_relay_targets_e2e",
+    "test_relay_targets_validate", "test_roles", "test_rolling_upgrade", "test_rules",
+    "test_scale", "test_sidekiq_format", "test_soak", "test_soak_checks", "test_special_files",
+    "test_start_without_database", "test_systemd", "test_wake_notify", "test_web_browser",
+    "test_web_http", "test_web_outage", "test_worker_chaos", "test_worker_commands",
+    "test_worker_idempotency", "test_worker_isolation", "test_worker_lost_connection",
+    "test_worker_process", "test_worker_wakeups"
+})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.module is not None and item.module.__name__ in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
 DEFAULT_TEST_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 

@@ -197,3 +197,20 @@ def test_one_way_to_the_driver_connection():
         if "driver_connection" in p.read_text() and p.relative_to(PACKAGE) != Path("db/engine.py")
     )
     assert offenders == []
+
+
+def test_every_module_that_starts_processes_is_marked_slow():
+    """The fast subset (``pytest -m "not slow"``) stays fast: a test module that starts
+    daemons, workers, a browser or a private PostgreSQL is listed in conftest.SLOW_MODULES."""
+    import re  # noqa: PLC0415
+
+    from conftest import SLOW_MODULES  # noqa: PLC0415
+
+    tests = Path(__file__).resolve().parent
+    starts = re.compile(r"Daemon\(|Fleet\(|spawn_worker|spawned_workers|webdriver|"
+                        r"shared_postgres|PrivatePostgres|multiprocessing|release_bin")
+    unlisted = sorted(p.stem for p in tests.glob("test_*.py")
+                      if p.stem not in SLOW_MODULES and p.name != Path(__file__).name
+                      and starts.search(p.read_text()))
+    assert unlisted == []
+    assert sorted(m for m in SLOW_MODULES if not (tests / f"{m}.py").exists()) == []

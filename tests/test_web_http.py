@@ -338,3 +338,32 @@ def test_versions_cache_reads_only_new_versions_and_notices_removals(engine, sch
         raw.execute("DELETE FROM schedule_versions WHERE schedule = 'b'")
         raw.commit()
         assert set(cache.get(conn)) == {"a"}
+
+
+def test_every_page_says_when_nothing_leads_and_what_becomes_of_the_periods(servers, seeded):
+    """The seeded cluster's last leader released its lock: every page carries the banner, and
+    says that each schedule's misfire policy decides the missing periods once one leads; a
+    visitor who has not signed in learns nothing of it; with a live leader no page has it."""
+    pages = ["/", "/instances", "/queue", "/dlq", "/explain", "/schedules/alpha"]
+    for path in pages:
+        reply = call(servers["ro"], "GET", path)
+        assert reply.status == 200, (path, reply.status)
+        banner = re.search(r'<p class="banner bad" id="no-leader"[^>]*>(.*?)</p>', reply.text, re.S)
+        assert banner, path
+        assert "nothing fires until one leads" in banner[1]
+        assert "misfire policy decides them" in banner[1], path
+    login = call(servers["tok"], "GET", "/", headers={"Host": "ck.example"})
+    assert login.status == 401 and 'id="no-leader"' not in login.text
+    with psycopg.connect(libpq(seeded.url), options=f"-c search_path={seeded.schema}") as conn:
+        saved = conn.execute("SELECT heartbeat_at, released_at FROM leadership WHERE cluster = %s",
+                             (seeded.cluster,)).fetchone()
+        conn.execute("UPDATE leadership SET heartbeat_at = now(), released_at = NULL "
+                     "WHERE cluster = %s", (seeded.cluster,))
+        conn.commit()
+        try:
+            for path in pages:
+                assert 'id="no-leader"' not in call(servers["ro"], "GET", path).text, path
+        finally:
+            conn.execute("UPDATE leadership SET heartbeat_at = %s, released_at = %s "
+                         "WHERE cluster = %s", (*saved, seeded.cluster))
+            conn.commit()

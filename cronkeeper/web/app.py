@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 from urllib.parse import urlencode
 
 from flask import Flask, Response, g, jsonify, render_template, request
@@ -17,6 +18,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 
 from cronkeeper import __version__
 from cronkeeper.errors import CronkeeperError, DatabaseError
+from cronkeeper.operations.leadership import leaderless
 from cronkeeper.web import security
 from cronkeeper.web.context import Context, login_redirect
 from cronkeeper.web.security import AUTH_COOKIE, SESSION_COOKIE, WebConfig
@@ -58,6 +60,18 @@ def create_app(context: Context) -> Flask:
                                             failed=False), 401)
             return resp
         return None
+
+    @app.context_processor
+    def leader_banner() -> dict[str, Any]:
+        """Every page says so when nothing leads, and what becomes of the periods meanwhile
+        (not to a request that is refused or not signed in: it learns nothing of the cluster)."""
+        if not getattr(g, "authed", False):
+            return {"no_leader": False}
+        try:
+            missing, last = leaderless(context.engine, context.cluster)
+        except DatabaseError:  # the page itself says the database is away
+            return {"no_leader": False}
+        return {"no_leader": missing, "banner_last_leader": last}
 
     @app.after_request
     def cookies(resp: Response) -> Response:

@@ -245,3 +245,15 @@ def lock_held(conn: sa.Connection | psycopg.Connection, classid: int, objid: int
         """,
         (classid, objid),
     ).fetchone()[0])
+
+
+def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:
+    """The stored spec of the schedule's newest version (None: removed, or no version)."""
+    row = raw(conn).execute(
+        """
+        SELECT spec FROM schedule_versions WHERE schedule = %s
+        ORDER BY active_from DESC, id DESC LIMIT 1
+        """,
+        (schedule,),
+    ).fetchone()
+    return row[0] if row else None

@@ -21,8 +21,10 @@ from cronkeeper.audit import (
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
+from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.period_states import audit_states, expected_tail, holds
+from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
 from cronkeeper.web.fires import FireCache
@@ -177,6 +179,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
                 periods=periods, triggers=cache.triggers, fires=cache.fires))
             for name, since in windows}
         latest = dba.periods_latest(conn, shown)
+        runtimes = attempts_runtimes(conn, shown, SAMPLE)
         conn.rollback()
     rows = []
     for name in shown:
@@ -201,9 +204,15 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
             "paused": bool(paused.get(name)), "strip": strip_svg(strip),
             "missing": counts[CellState.MISSING], "dead": counts[CellState.DEAD],
+            **runtime_view(runtime_of(name, spec.timeout, runtimes.get(name))),
         })
     return {"now": utc(now), "rows": rows, "owners": owners, "total": len(names),
             "page": page, "pages": max(1, -(-len(names) // per_page)), "periods": periods}
+
+
+def runtime_view(runtime: Runtime) -> dict[str, Any]:
+    """``status``'s run-time fields of a schedule, and its figures in words for the pages."""
+    return {"runtime": json_fields(runtime), "runtime_text": figures(runtime)}
 
 
 def next_fires(version: Version, after: datetime, count: int = 10) -> list[dict]:
@@ -262,6 +271,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         records = dbd.periods_windows(conn, [(name, since)], end)[name]
         latest = dba.periods_latest(conn, [name]).get(name)
         paused = bool(dba.controls_all(conn).get(name))
+        found = attempts_runtimes(conn, [name], SAMPLE).get(name)
         conn.rollback()
     strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,
                         until=end, periods=periods, triggers=cache.triggers, fires=cache.fires)
@@ -281,6 +291,8 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         "when": describe(spec.cron, spec.every) if spec else None, "paused": paused,
         "strip": strip_svg(strip), "counts": strip.counts(), "versions": listed[::-1],
         "next": next_fires(current, _next_after(current, latest)) if spec else [],
+        **(runtime_view(runtime_of(name, spec.timeout, found)) if spec else
+           {"runtime": None, "runtime_text": None}),
     }
 
 

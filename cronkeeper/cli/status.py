@@ -11,6 +11,7 @@ hidden.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,12 +44,12 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         versions_from_rows,
     )
     from cronkeeper.db import audit as dba
-    from cronkeeper.db.attempts import attempts_runtimes
     from cronkeeper.db.engine import leader_lock_key, lock_key_parts, translate_errors
     from cronkeeper.errors import UnreadableVersion
 
     key = leader_lock_key(schema, cluster)
-    with translate_errors("reading the cluster's status"), engine.connect() as conn:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="status-runtimes")
+    with pool, translate_errors("reading the cluster's status"), engine.connect() as conn:
         now = dba.session_utc(conn)
         # JIT off: the statements are index scans per schedule, which the planner (blind to how
         # many names an unnest holds) costs past jit_above_cost; compiling took a second.
@@ -63,13 +64,15 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
             versions = {}
             problems.append(str(exc))
         current = {n: v[-1] for n, v in versions.items() if v[-1].spec is not None}
+        # The run-time figures are the heaviest statement (up to 100 attempts a schedule): read
+        # on a connection of their own while this one reads the rest and the audit runs here.
+        reading = pool.submit(runtimes_read, engine, sorted(current))
         latest = dba.periods_latest(conn, list(current))
         paused = dba.controls_all(conn)
         oldest = dba.outbox_oldest_available(conn)
         dead = dba.outbox_dead(conn)
         depth = dba.outbox_depth(conn)
         failed, finished, failed_before = dba.attempts_recent(conn, STORM_WINDOW)
-        figures_of = attempts_runtimes(conn, sorted(current), SAMPLE)
         from cronkeeper.db.relay import relay_routes_list
 
         routes = relay_routes_list(conn)
@@ -83,6 +86,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
                                             since=since, until=now, now=now)
                 if summary.missing:
                     missing[name] = summary.missing
+        figures_of = reading.result()
         conn.rollback()
 
     leader = None
@@ -154,6 +158,20 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     where = timeout_places(schedules_path, {r.schedule for r in near}) if near else {}
     doc["diagnosis"] = problems + diagnose(doc, periods, runtimes, where)
     return doc
+
+
+def runtimes_read(engine: Any, names: list[str]
+                  ) -> dict[str, tuple[int, float | None, float | None, int]]:
+    """``attempts_runtimes`` for ``names`` in a transaction of its own (JIT off, as above)."""
+    from cronkeeper.db import audit as dba
+    from cronkeeper.db.attempts import attempts_runtimes
+    from cronkeeper.db.engine import translate_errors
+
+    with translate_errors("reading the schedules' run times"), engine.connect() as conn:
+        dba.raw(conn).execute("SET LOCAL jit = off")
+        figures_of = attempts_runtimes(conn, names, SAMPLE)
+        conn.rollback()
+    return figures_of
 
 
 def timeout_places(path: str | None, names: set[str]) -> dict[str, str]:

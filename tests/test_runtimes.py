@@ -6,33 +6,16 @@ prometheus/cronkeeper-rules.test.yml (tests/test_rules.py runs it)."""
 from __future__ import annotations
 
 import json
-import socket
-import urllib.request
 
 import pytest
 from click.testing import CliRunner
 from handlers_for_tests import q, spawn_worker, wait_until
+from test_metrics_worker import _free_port, _scrape
 
 from cronkeeper.cli.main import cli
 from cronkeeper.runtimes import Runtime, advice, figures, seconds
 
 KEY = "backup@2026-03-08T07:00:00Z"  # the job command_schedule emits
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _scrape(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
 
 
 def run(database_url: str, schema: str, *args: str) -> str:
@@ -182,6 +165,9 @@ def test_timed_out_attempts_are_flagged_with_their_count(
         assert 'data-near-timeout="true"' in detail
         assert "p99 1.0 s" in detail and "timeout 1.0 s" in detail
         assert "2 timed out in the last 24 h" in detail
+        story = client.get(f"/explain/{KEY}", headers={"Host": "127.0.0.1"}).get_data(as_text=True)
+        assert 'id="runtime"' in story and " % of its 1.0 s timeout" in story
+        assert "near timeout" in story
     finally:
         web_engine.dispose()
 
@@ -220,3 +206,17 @@ def test_figures_and_advice_in_words():
         "raise `timeout` to 2h 23m or more (at schedules/backups.toml:13), slightly above the real "
         "p99 run time, or split the job into shorter ones that each fit")
     assert seconds(0.934) == "0.93s" and seconds(42) == "42s" and seconds(750) == "12m 30s"
+
+
+def test_timeout_places_name_the_key_the_table_or_say_where_to_look(tmp_path):
+    from cronkeeper.cli.status import timeout_places
+
+    (tmp_path / "jobs.toml").write_text(
+        '[with-timeout]\nevery = "1h"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.x"\n'
+        'timeout = "5m"\n\n'
+        '[without]\nevery = "1h"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.x"\n')
+    found = timeout_places(str(tmp_path), {"with-timeout", "without", "gone"})
+    assert found["with-timeout"] == f"at {tmp_path}/jobs.toml:6"
+    assert found["without"] == f"add it to [without] at {tmp_path}/jobs.toml:8; it sets none"
+    assert found["gone"].startswith(f"not found in {tmp_path}")
+    assert "--schedules DIR" in timeout_places(None, {"x"})["x"]

@@ -51,6 +51,18 @@ class Version:
     active_from: datetime
 
 
+def specs_in_force(versions: Mapping[str, Sequence[Version]]) -> dict[str, ScheduleSpec]:
+    """Each schedule's spec in force: its newest version's, unless that version removed it."""
+    return {name: spec for name, vs in versions.items() if (spec := vs[-1].spec) is not None}
+
+
+def spec_in_force(version: Version) -> ScheduleSpec:
+    """The spec of a version in force (a removal's version is never in force)."""
+    if version.spec is None:
+        raise ValueError(f"version {version.version_id} removed schedule {version.schedule!r}")
+    return version.spec
+
+
 class Record(NamedTuple):
     """A recorded outcome of one period, with its job when one was emitted (and not pruned).
     Instants are Unix seconds: a year of periods is half a million of these, so they stay

@@ -8,7 +8,8 @@ Two sources:
   retry, attempts started (fleet-wide), live instances, schedule digest and tzdata disagreement,
   last and next fire per schedule, and periods missing in the last hour (the audit, run in a
   thread of its own about once a minute, never inside a scrape; newly missing periods are also
-  logged at warning).
+  logged at warning); and each schedule's p99 run time, timeout and timed-out attempts of the
+  last 24 hours (``status``'s figures, read again at most once a minute).
 
 Labels are bounded: schedule, owner, outcome, reason, state, kind. Never job ids or error text.
 """
@@ -38,6 +39,7 @@ FAILED = frozenset({"retry", "timeout", "lease_expired", "dead", "failed"})
 AUDIT_WINDOW = timedelta(hours=1)
 AUDIT_EVERY = 60.0  # seconds from the end of one audit of the last hour to the next
 AUDIT_CHUNK = 1_000  # schedules whose periods one audit statement reads
+RUNTIMES_EVERY = 60.0  # seconds a scrape reuses the run-time figures (one statement, ~0.2 ms a schedule)
 
 
 class Metrics:
@@ -221,6 +223,7 @@ class _Current(NamedTuple):
     owner: str
     active_from: datetime
     trigger: Any
+    timeout: float
 
 
 class DatabaseCollector(Collector):
@@ -242,6 +245,8 @@ class DatabaseCollector(Collector):
         self._current: dict[str, _Current] = {}
         self._next: dict[str, tuple[datetime, int, datetime | None]] = {}
         self._warned: set[str] = set()
+        self._runtimes: dict[str, tuple[int, float | None, float | None, int]] = {}
+        self._runtimes_at = -1e18
 
     def describe(self) -> Iterable:
         return []  # collected lazily: never query the database at registration
@@ -332,7 +337,7 @@ class DatabaseCollector(Collector):
             "leader is deciding).", labels=["schedule", "owner"])
 
         known = self._next
-        for name, (version_id, owner, active_from, trigger) in current.items():
+        for name, (version_id, owner, active_from, trigger, _) in current.items():
             if name in emitted:
                 last_fire.add_metric([name, owner], emitted[name].timestamp())
             after = max(active_from, last[name][0]) if name in last else active_from
@@ -344,10 +349,38 @@ class DatabaseCollector(Collector):
                 known[name] = (after, version_id, upcoming)
             if upcoming is not None:
                 next_fire.add_metric([name, owner], upcoming.timestamp())
-        families = [last_fire, next_fire]
+        families = [last_fire, next_fire, *self._runtime_families(conn, current)]
         if self.audit:
             families.append(self._missing_family(current))
         return families
+
+    def _runtime_families(self, conn: Any, current: dict[str, _Current]) -> list:
+        """SPEC §8, timeouts matched to the work: the p99 run time of each schedule's last 100
+        finished attempts (a timed-out one counted at its timeout; no series before one has
+        finished), its timeout, and its attempts that timed out in the last 24 hours: the
+        figures of ``status``, from its statement, read again at most every RUNTIMES_EVERY."""
+        from cronkeeper.db.attempts import attempts_runtimes
+        from cronkeeper.runtimes import SAMPLE
+
+        if clock.monotonic() - self._runtimes_at >= RUNTIMES_EVERY:
+            self._runtimes = attempts_runtimes(conn, sorted(current), SAMPLE)
+            self._runtimes_at = clock.monotonic()
+        figures = self._runtimes
+        p99 = GaugeMetricFamily("cronkeeper_schedule_duration_p99_seconds", "p99 run time of the "
+                                "schedule's last 100 finished attempts (a timed-out attempt "
+                                "counts at its timeout).", labels=["schedule", "owner"])
+        timeout = GaugeMetricFamily("cronkeeper_schedule_timeout_seconds", "The schedule's "
+                                    "timeout (its version in force).", labels=["schedule", "owner"])
+        timed_out = GaugeMetricFamily("cronkeeper_schedule_attempts_timed_out_24h", "Attempts of "
+                                      "the schedule that timed out in the last 24 hours.",
+                                      labels=["schedule", "owner"])
+        for name, entry in current.items():
+            found = figures.get(name)
+            timeout.add_metric([name, entry.owner], entry.timeout)
+            timed_out.add_metric([name, entry.owner], found[3] if found else 0)
+            if found is not None and found[2] is not None:
+                p99.add_metric([name, entry.owner], found[2])
+        return [p99, timeout, timed_out]
 
     def _current_cached(self, conn: Any) -> dict[str, _Current]:
         """Each schedule in force: (version id, owner, active_from, trigger), read again only
@@ -371,7 +404,8 @@ class DatabaseCollector(Collector):
             except ValueError as exc:  # a row someone else wrote: that schedule only
                 self._warn_once(str(exc))
                 continue
-            current[name] = _Current(version_id, sys.intern(spec.owner or ""), active_from, trigger)
+            current[name] = _Current(version_id, sys.intern(spec.owner or ""), active_from, trigger,
+                                     spec.timeout)
         with self._lock:
             self._current, self._versions_stamp = current, stamp
             self._next = {n: v for n, v in self._next.items() if n in current}

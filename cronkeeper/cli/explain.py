@@ -1,16 +1,18 @@
 """cronkeeper explain KEY: one period's (or job's) whole story: the decision, the emission, each
-attempt and the final state (§7)."""
+attempt (with its run time) and the final state (§7), and the attempts' run time against the
+schedule's p99 and timeout (§8)."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 import click
 
 from cronkeeper.cli.common import database_options, format_option, safe
 from cronkeeper.errors import CronkeeperError
+from cronkeeper.runtimes import SAMPLE, json_fields, runtime_of, seconds
 
 
 def _iso(value: Any) -> Any:
@@ -27,6 +29,10 @@ def _period_of(key: str) -> tuple[str, datetime] | None:
         return None
 
 
+@overload
+def clean(row: dict[str, Any]) -> dict[str, Any]: ...
+@overload
+def clean(row: dict[str, Any] | None) -> dict[str, Any] | None: ...
 def clean(row: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: _iso(v) for k, v in row.items()} if row else None
 
@@ -49,9 +55,58 @@ def story(conn: Any, key: str) -> dict[str, Any]:
         "key": key,
         "decision": clean(period),
         "emission": clean(job),
-        "attempts": [clean(a) for a in attempts],
+        "attempts": [{**clean(a), "duration_seconds": _duration(a)} for a in attempts],
         "final_state": job["state"] if job else (period["outcome"] if period else None),
+        "runtime": runtime_story(conn, job),
     }
+
+
+def _duration(attempt: dict[str, Any]) -> float | None:
+    if attempt["finished_at"] is None:
+        return None
+    return round((attempt["finished_at"] - attempt["started_at"]).total_seconds(), 3)
+
+
+def runtime_story(conn: Any, job: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schedule's run-time figures, as ``status`` gives them (its timeout: the version in
+    force), beside the timeout this job was held to; None for a job without a schedule."""
+    from cronkeeper.db.attempts import attempts_runtimes
+    from cronkeeper.db.audit import versions_current_of
+
+    if job is None or not job["schedule"]:
+        return None
+    name = job["schedule"]
+    timeout = float(job["timeout_seconds"])
+    spec = versions_current_of(conn, name)
+    if isinstance(spec, dict) and isinstance(spec.get("timeout"), int | float):
+        timeout = float(spec["timeout"])
+    runtime = runtime_of(name, timeout, attempts_runtimes(conn, [name], SAMPLE).get(name))
+    return {"schedule": name, **json_fields(runtime),
+            "job_timeout_seconds": float(job["timeout_seconds"])}
+
+
+def runtime_lines(result: dict[str, Any]) -> list[str]:
+    """The run-time part of the text story: each finished attempt against the job's timeout,
+    then the schedule's figures."""
+    rt = result.get("runtime")
+    if rt is None:
+        return []
+    lines = []
+    limit = rt["job_timeout_seconds"]
+    for a in result["attempts"]:
+        took = a["duration_seconds"]
+        if took is not None:
+            counted = limit if a["outcome"] == "timeout" else took
+            lines.append(f"run time: attempt {a['attempt']} ran {seconds(took)}, "
+                         f"{counted / limit:.0%} of its {seconds(limit)} timeout" if limit > 0
+                         else f"run time: attempt {a['attempt']} ran {seconds(took)}")
+    near = " - near its timeout (`cronkeeper status` says what to change)" if rt["near_timeout"] else ""
+    lines.append(
+        f"schedule {safe(rt['schedule'])}: p99 {seconds(rt['duration_p99_seconds'])}, p50 "
+        f"{seconds(rt['duration_p50_seconds'])} over its last {rt['duration_attempts']} finished "
+        f"attempts; timeout {seconds(rt['timeout_seconds'])}; "
+        f"{rt['attempts_timed_out_24h']} timed out in the last 24 h{near}")
+    return lines
 
 
 def dumps(result: dict[str, Any]) -> str:
@@ -91,14 +146,17 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
         click.echo("emission: no job in the outbox")
     for a in result["attempts"]:
         err = f": {safe(a['error'])}" if a["error"] else ""
+        took = f" ({seconds(a['duration_seconds'])})" if a["duration_seconds"] is not None else ""
         click.echo(f"attempt {a['attempt']}: {a['outcome'] or 'running'} by {safe(a['worker_id'])} "
-                   f"{a['started_at']} .. {a['finished_at'] or '-'}{err}")
+                   f"{a['started_at']} .. {a['finished_at'] or '-'}{took}{err}")
     if e and e.get("published_at"):
         outcome = {"published": "outcome not reported yet (or the target cannot tell)",
                    "succeeded": f"the target reported it succeeded at {e['finished_at']}",
                    "dead": f"the target reported it failed at {e['finished_at']}"}.get(e["state"], "")
         click.echo(f"publication: to {safe(e['published_to'])} as {safe(e['target_id'])} at "
                    f"{e['published_at']}; {outcome}")
+    for line in runtime_lines(result):
+        click.echo(line)
     final = result["final_state"]
     extra = f" - {safe(e['last_error'])}" if e and e.get("last_error") else ""
     click.echo(f"final state: {final}{extra}")

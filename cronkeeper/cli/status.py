@@ -1,22 +1,28 @@
 """cronkeeper status: instances, leader and term, the advisory lock key, each schedule's next
-fire, last outcome and pause, the queue, and a diagnosis in words when something is wrong (§6).
+fire, last outcome, pause and run time against its timeout, the queue, and a diagnosis in words
+when something is wrong (§6, §8).
 
 Schedules come from the versions in force in the database (what the leader plans with), not
-from local files. The database URL is shown with its password hidden.
+from local files; with ``--schedules`` the local files are read only to say at which file and
+line a schedule near its timeout sets ``timeout``. The database URL is shown with its password
+hidden.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
 from cronkeeper.cli.common import database_options, format_option, safe
+from cronkeeper.runtimes import SAMPLE, Runtime, advice, figures, json_fields, runtime_of, seconds
 
 STORM_WINDOW = 300.0  # seconds of attempts the retry-storm check looks at
 STORM_MIN_FAILURES = 5
+AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
 
 def _iso(value: Any) -> Any:
@@ -26,22 +32,30 @@ def _iso(value: Any) -> Any:
 
 
 def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
-           live_within: float = 30.0) -> dict[str, Any]:
-    """Everything status shows, read in one transaction, plus the diagnosis."""
+           live_within: float = 30.0, schedules_path: str | None = None) -> dict[str, Any]:
+    """Everything status shows, read in one transaction, plus the diagnosis. ``schedules_path``
+    (the schedule files, optional) is read only to place the ``timeout`` of a schedule near
+    it."""
     from cronkeeper.audit import (
         audit_schedule,
         in_window,
         period_seconds,
         records_from_rows,
+        spec_in_force,
         versions_from_rows,
     )
     from cronkeeper.db import audit as dba
     from cronkeeper.db.engine import leader_lock_key, lock_key_parts, translate_errors
     from cronkeeper.errors import UnreadableVersion
+    from cronkeeper.operations.leadership import leads
 
     key = leader_lock_key(schema, cluster)
-    with translate_errors("reading the cluster's status"), engine.connect() as conn:
+    pool = ThreadPoolExecutor(1, thread_name_prefix="status-runtimes")
+    with pool, translate_errors("reading the cluster's status"), engine.connect() as conn:
         now = dba.session_utc(conn)
+        # JIT off: the statements are index scans per schedule, which the planner (blind to how
+        # many names an unnest holds) costs past jit_above_cost; compiling took a second.
+        dba.session_jit_off(conn)
         lead = dba.leadership_current(conn, cluster)
         instances = dba.instances_live(conn, cluster, live_within)
         held = dba.lock_held(conn, *lock_key_parts(key))
@@ -52,6 +66,9 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
             versions = {}
             problems.append(str(exc))
         current = {n: v[-1] for n, v in versions.items() if v[-1].spec is not None}
+        # The run-time figures are the heaviest statement (up to 100 attempts a schedule): read
+        # on a connection of their own while this one reads the rest and the audit runs here.
+        reading = pool.submit(runtimes_read, engine, sorted(current))
         latest = dba.periods_latest(conn, list(current))
         paused = dba.controls_all(conn)
         oldest = dba.outbox_oldest_available(conn)
@@ -63,22 +80,27 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         routes = relay_routes_list(conn)
         missing: dict[str, int] = {}
         since = now - timedelta(hours=1)
-        for name, vs in versions.items():
-            if in_window(vs, since, now):
-                records = records_from_rows(dba.periods_range(conn, name, since, now))
-                _, summary = audit_schedule(name, vs, records, since=since, until=now, now=now)
+        audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
+        for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
+            rows_of = dba.periods_range_many(conn, audited[i:i + AUDIT_CHUNK], since, now)
+            for name, rows in rows_of.items():
+                _, summary = audit_schedule(name, versions[name], records_from_rows(rows),
+                                            since=since, until=now, now=now)
                 if summary.missing:
                     missing[name] = summary.missing
+        figures_of = reading.result()
         conn.rollback()
 
     leader = None
-    if lead and lead["released_at"] is None and lead["heartbeat_age"] <= leader_timeout:
+    if lead and leads(lead, leader_timeout):
         leader = {"instance_id": lead["instance_id"], "term": lead["term"],
                   "since": _iso(lead["since"]), "heartbeat_at": _iso(lead["heartbeat_at"])}
     schedules = []
     periods: dict[str, float | None] = {}
+    runtimes: dict[str, Runtime] = {}
     for name, version in sorted(current.items()):
-        spec = version.spec
+        spec = spec_in_force(version)
+        runtime = runtimes[name] = runtime_of(name, spec.timeout, figures_of.get(name))
         last = latest.get(name)
         after = max(version.active_from, last[0]) if last else version.active_from
         upcoming = spec.trigger().next_fire(after)
@@ -93,6 +115,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
                 "decided_at": _iso(last[3]), "job_state": last[4],
             },
             "paused": bool(paused.get(name, False)),
+            **json_fields(runtime),
         })
     doc: dict[str, Any] = {
         "cluster": cluster,
@@ -133,8 +156,58 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         "relay_routes": [{"relay": r, "position": p, "target": t, "tasks": ts, "schedules": ss}
                          for r, p, t, ts, ss in routes],
     }
-    doc["diagnosis"] = problems + diagnose(doc, periods)
+    near = [r for r in runtimes.values() if r.near]
+    where = timeout_places(schedules_path, {r.schedule for r in near}) if near else {}
+    doc["diagnosis"] = problems + diagnose(doc, periods, runtimes, where)
     return doc
+
+
+def runtimes_read(engine: Any, names: list[str]
+                  ) -> dict[str, tuple[int, float | None, float | None, int]]:
+    """``attempts_runtimes`` for ``names`` in a transaction of its own (JIT off, as above)."""
+    from cronkeeper.db import audit as dba
+    from cronkeeper.db.attempts import attempts_runtimes
+    from cronkeeper.db.engine import translate_errors
+
+    with translate_errors("reading the schedules' run times"), engine.connect() as conn:
+        dba.session_jit_off(conn)
+        figures_of = attempts_runtimes(conn, names, SAMPLE)
+        conn.rollback()
+    return figures_of
+
+
+def timeout_places(path: str | None, names: set[str]) -> dict[str, str]:
+    """Where each schedule of ``names`` sets ``timeout``, as words for the advice: ``file:line``
+    of its ``timeout`` key, or of its table when it sets none (the default, 10 minutes, then
+    applies). The stored versions do not say which file a schedule came from, so without the
+    schedule files (``--schedules``, env CRONKEEPER_SCHEDULES) the words say where to look."""
+    if not path:
+        return {n: "in its schedule file; `cronkeeper status --schedules DIR` names the file "
+                   "and line" for n in names}
+    from pathlib import Path
+
+    from cronkeeper import clock
+    from cronkeeper.spec import load_paths
+    from cronkeeper.spec.lines import LineIndex
+
+    found: dict[str, str] = {}
+    indexes: dict[str, LineIndex | None] = {}
+    for spec in load_paths([path], now=clock.wall(), keep_warnings=False).schedules.specs:
+        if spec.name not in names:
+            continue
+        if spec.file not in indexes:
+            try:
+                indexes[spec.file] = LineIndex(Path(spec.file).read_text(encoding="utf-8-sig"))
+            except (OSError, UnicodeDecodeError):
+                indexes[spec.file] = None
+        index = indexes[spec.file]
+        header = index.line(spec.name) if index else spec.line
+        line = index.line(spec.name, "timeout") if index else header
+        found[spec.name] = (f"at {spec.file}:{line}" if line != header else
+                            f"add it to [{spec.name}] at {spec.file}:{header}; it sets none")
+    for name in names - found.keys():
+        found[name] = f"not found in {path}: in the schedule file that defines it"
+    return found
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -142,8 +215,11 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, default=str)
 
 
-def diagnose(doc: dict[str, Any], periods: dict[str, float | None]) -> list[str]:
-    """What is wrong, in words, from the gathered facts (pure)."""
+def diagnose(doc: dict[str, Any], periods: dict[str, float | None],
+             runtimes: dict[str, Runtime] | None = None,
+             where: dict[str, str] | None = None) -> list[str]:
+    """What is wrong, in words, from the gathered facts (pure). ``where``: the words saying
+    where a schedule near its timeout sets it (``timeout_places``)."""
     out: list[str] = []
     schedulers = [i for i in doc["instances"] if i["kind"] == "scheduler"]
     owners = {s["name"]: s["owner"] for s in doc["schedules"]}
@@ -200,6 +276,10 @@ def diagnose(doc: dict[str, Any], periods: dict[str, float | None]) -> list[str]
     for name, n in sorted(doc["periods_missing_last_hour"].items()):
         out.append(f"periods missing: {n} period(s) of {who(name)} in the last hour have no "
                    "recorded outcome (`cronkeeper history " + name + " --since 1h`)")
+    for name, runtime in sorted((runtimes or {}).items()):
+        if runtime.near:
+            out.append(f"runtime near timeout: {who(name)}: {figures(runtime)}. "
+                       f"{advice(runtime, (where or {}).get(name))}")
     return out
 
 
@@ -220,7 +300,8 @@ def render(doc: dict[str, Any]) -> str:
                      f"{safe(i['tzdata_version'])[:7]:<7}")
     if not doc["instances"]:
         lines.append("  (no live instance)")
-    lines += ["", "SCHEDULES", f"  {'NAME':<24} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} PAUSED"]
+    lines += ["", "SCHEDULES", f"  {'NAME':<24} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} "
+              f"{'PAUSED':<6} {'P50':>7} {'P99':>7} {'TIMEOUT':>7} {'TO/24H':>6}"]
     for s in doc["schedules"]:
         nxt = (s["next_fire"] or "never")[:19].replace("T", " ") + ("!" if s["overdue"] else "")
         last = s["last_outcome"]
@@ -228,8 +309,11 @@ def render(doc: dict[str, Any]) -> str:
         if last:
             text = last["outcome"] + (f" ({last['reason']})" if last["reason"] else "")
             text += f" {last['job_state']}" if last["job_state"] else ""
+        mark = "!" if s["near_timeout"] else ""
         lines.append(f"  {safe(s['name'])[:24]:<24} {nxt:<20} {text[:26]:<26} "
-                     f"{'yes' if s['paused'] else 'no'}")
+                     f"{'yes' if s['paused'] else 'no':<6} {seconds(s['duration_p50_seconds']):>7} "
+                     f"{seconds(s['duration_p99_seconds']) + mark:>7} "
+                     f"{seconds(s['timeout_seconds']):>7} {s['attempts_timed_out_24h']:>6}")
     if not doc["schedules"]:
         lines.append("  (no schedule in force: a leader adopts the schedule files)")
     depth = doc["queue"]["depth"]
@@ -253,14 +337,20 @@ def render(doc: dict[str, Any]) -> str:
 @format_option
 @click.option("--leader-timeout", envvar="CRONKEEPER_LEADER_TIMEOUT", type=float, default=10.0,
               show_default=True, help="A leader whose heartbeat is older than this is not shown.")
-def status_command(database_url, schema, cluster, fmt, leader_timeout) -> None:
-    """Show instances, the leader, schedules and the queue, and say what is wrong."""
+@click.option("--schedules", "schedules_path", envvar="CRONKEEPER_SCHEDULES", default=None,
+              type=click.Path(exists=True, path_type=str),
+              help="Schedule files (env CRONKEEPER_SCHEDULES), read only to name the file and "
+                   "line of the `timeout` of a schedule near it.")
+def status_command(database_url, schema, cluster, fmt, leader_timeout, schedules_path) -> None:
+    """Show instances, the leader, schedules (run time against timeout too) and the queue,
+    and say what is wrong."""
     from cronkeeper.cli.connect import open_database
     from cronkeeper.db.engine import redact
 
     db = open_database(database_url, schema, application_name="cronkeeper-status")
     try:
-        doc = gather(db.engine, schema, cluster, leader_timeout=leader_timeout)
+        doc = gather(db.engine, schema, cluster, leader_timeout=leader_timeout,
+                     schedules_path=schedules_path)
     finally:
         db.engine.dispose()
     doc["database"] = redact(db.url)

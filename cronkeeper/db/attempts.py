@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from psycopg.rows import dict_row
 
@@ -149,3 +150,47 @@ WHERE p.schedule = %(schedule)s AND p.scheduled_for = %(at)s
 def periods_get(conn: sa.Connection, schedule: str, scheduled_for: datetime) -> dict[str, Any] | None:
     cur = driver(conn).cursor(row_factory=dict_row)
     return cur.execute(_PERIOD, {"schedule": schedule, "at": scheduled_for}).fetchone()
+
+
+# Per schedule, from its last %(last)s finished attempts (newest period first, then newest
+# attempt): their count and the p50 and p99 run time, a timed-out attempt counted at its job's
+# timeout; and the attempts that timed out in the last 24 hours. Attempts that ended without
+# running to an end of their own (lease_expired, released, a relay's published) are not run
+# times. Indexes: a backward range scan of ``outbox_schedule_period`` per schedule, each job's
+# attempts from ``attempts_job_id_attempt_key``, the scan stopping at the sample; the 24-hour
+# count from the ``attempts_timed_out`` partial index (migrations/0009), which holds only
+# timed-out attempts.
+RUNTIMES = """
+WITH timed_out AS (
+    SELECT o.schedule, count(*) AS n
+    FROM attempts a JOIN outbox o ON o.id = a.job_id
+    WHERE a.outcome = 'timeout' AND a.finished_at > now() - interval '24 hours'
+    GROUP BY o.schedule
+)
+SELECT s.name, r.n, r.p50, r.p99, coalesce(t.n, 0)
+FROM unnest(%(names)s::text[]) AS s(name)
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n,
+           percentile_cont(0.5) WITHIN GROUP (ORDER BY d) AS p50,
+           percentile_cont(0.99) WITHIN GROUP (ORDER BY d) AS p99
+    FROM (SELECT CASE WHEN a.outcome = 'timeout' THEN o.timeout_seconds
+                      ELSE extract(epoch FROM a.finished_at - a.started_at)::float8 END AS d
+          FROM outbox o JOIN attempts a ON a.job_id = o.id
+          WHERE o.schedule = s.name AND a.outcome IN ('succeeded', 'retry', 'dead', 'timeout')
+          ORDER BY o.scheduled_for DESC, a.attempt DESC
+          LIMIT %(last)s) sample
+) r
+LEFT JOIN timed_out t ON t.schedule = s.name
+"""
+
+
+def attempts_runtimes(
+    conn: sa.Connection | psycopg.Connection, schedules: list[str], last: int = 100
+) -> dict[str, tuple[int, float | None, float | None, int]]:
+    """Each schedule's run-time figures, in one statement: name -> (finished attempts in the
+    sample, p50 seconds, p99 seconds, attempts timed out in the last 24 hours). p50 and p99
+    are None when no attempt has finished."""
+    if not schedules:
+        return {}
+    rows = driver(conn).execute(RUNTIMES, {"names": list(schedules), "last": last}).fetchall()
+    return {name: (int(n), p50, p99, int(t)) for name, n, p50, p99, t in rows}

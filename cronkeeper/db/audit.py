@@ -14,6 +14,12 @@ import sqlalchemy as sa
 from cronkeeper.db.engine import driver, one_row
 
 
+def session_jit_off(conn: sa.Connection | psycopg.Connection) -> None:
+    """No JIT compilation for the rest of this transaction: the reads behind ``status`` are
+    many short statements, each of which JIT would only slow down."""
+    driver(conn).execute("SET LOCAL jit = off")
+
+
 def session_utc(conn: sa.Connection | psycopg.Connection) -> datetime:
     """Timestamps in UTC for the rest of this transaction; returns the database's now."""
     c = driver(conn)
@@ -243,3 +249,15 @@ def lock_held(conn: sa.Connection | psycopg.Connection, classid: int, objid: int
         """,
         (classid, objid),
     ))[0])
+
+
+def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:
+    """The stored spec of the schedule's newest version (None: removed, or no version)."""
+    row = driver(conn).execute(
+        """
+        SELECT spec FROM schedule_versions WHERE schedule = %s
+        ORDER BY active_from DESC, id DESC LIMIT 1
+        """,
+        (schedule,),
+    ).fetchone()
+    return row[0] if row else None

@@ -139,3 +139,9 @@ sa.Index(
     "outbox_available_serial", outbox.c.schedule, outbox.c.run_after,
     postgresql_where=sa.text("state = 'available' AND serial"),
 )
+# Timed-out attempts only: each schedule's timeouts of the last 24 hours (db/attempts.py,
+# attempts_runtimes; migrations/0009_attempts_timed_out.sql).
+sa.Index(
+    "attempts_timed_out", attempts.c.finished_at,
+    postgresql_where=sa.text("outcome = 'timeout'"),
+)

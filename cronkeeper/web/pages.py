@@ -17,12 +17,16 @@ from cronkeeper.audit import (
     DEFAULT_RETENTION_DAYS,
     Version,
     records_from_rows,
+    spec_in_force,
+    specs_in_force,
     versions_from_rows,
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
+from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.period_states import audit_states, expected_tail, holds
+from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
 from cronkeeper.web.fires import FireCache
@@ -144,9 +148,10 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         dbd.snapshot_one(conn)  # the filter and the strips it lets through read the same rows
         now = dba.session_utc(conn)
         versions = cache.get(conn)
-        current = {n: v for n, v in versions.items() if v[-1].spec is not None}
-        owners = sorted({v[-1].spec.owner for v in current.values() if v[-1].spec.owner})
-        names = sorted(n for n in current if not owner or current[n][-1].spec.owner == owner)
+        specs = specs_in_force(versions)
+        current = {n: versions[n] for n in specs}
+        owners = sorted({s.owner for s in specs.values() if s.owner})
+        names = sorted(n for n in specs if not owner or specs[n].owner == owner)
         paused = dba.controls_all(conn)
         if state == "paused":
             names = [n for n in names if paused.get(n)]
@@ -177,11 +182,12 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
                 periods=periods, triggers=cache.triggers, fires=cache.fires))
             for name, since in windows}
         latest = dba.periods_latest(conn, shown)
+        runtimes = attempts_runtimes(conn, shown, SAMPLE)
         conn.rollback()
     rows = []
     for name in shown:
         version = current[name][-1]
-        spec = version.spec
+        spec = specs[name]
         zone = ZoneInfo(spec.timezone)
         last = latest.get(name)
         upcoming = cache.triggers.get(version.version_id) or spec.trigger()
@@ -201,15 +207,21 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
             "paused": bool(paused.get(name)), "strip": strip_svg(strip),
             "missing": counts[CellState.MISSING], "dead": counts[CellState.DEAD],
+            **runtime_view(runtime_of(name, spec.timeout, runtimes.get(name))),
         })
     return {"now": utc(now), "rows": rows, "owners": owners, "total": len(names),
             "page": page, "pages": max(1, -(-len(names) // per_page)), "periods": periods}
 
 
+def runtime_view(runtime: Runtime) -> dict[str, Any]:
+    """``status``'s run-time fields of a schedule, and its figures in words for the pages."""
+    return {"runtime": json_fields(runtime), "runtime_text": figures(runtime)}
+
+
 def next_fires(version: Version, after: datetime, count: int = 10) -> list[dict]:
     """The next fires, each with the DST note that applies to it (a fixed-time cron's gap or
     fold from ``timing.dst``; for any schedule, a change of UTC offset since the fire before)."""
-    spec = version.spec
+    spec = spec_in_force(version)
     trigger = spec.trigger()
     zone = ZoneInfo(spec.timezone)
     fires = list(islice(trigger.fires(after, FAR), count))
@@ -262,6 +274,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         records = dbd.periods_windows(conn, [(name, since)], end)[name]
         latest = dba.periods_latest(conn, [name]).get(name)
         paused = bool(dba.controls_all(conn).get(name))
+        found = attempts_runtimes(conn, [name], SAMPLE).get(name)
         conn.rollback()
     strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,
                         until=end, periods=periods, triggers=cache.triggers, fires=cache.fires)
@@ -281,6 +294,8 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         "when": describe(spec.cron, spec.every) if spec else None, "paused": paused,
         "strip": strip_svg(strip), "counts": strip.counts(), "versions": listed[::-1],
         "next": next_fires(current, _next_after(current, latest)) if spec else [],
+        **(runtime_view(runtime_of(name, spec.timeout, found)) if spec else
+           {"runtime": None, "runtime_text": None}),
     }
 
 

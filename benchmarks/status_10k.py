@@ -1,0 +1,138 @@
+"""How long `cronkeeper status --format json` takes with 10,000 schedules whose attempts are
+recorded (issue 27 target: under 1 s, Python start-up included).
+
+Seeds a private schema with the 10,000 schedules of ``web_render.py`` (its mix of triggers and
+timezones, each schedule's 60 latest periods recorded, a job per emitted period: 600,000
+periods, about 550,000 jobs), then one finished attempt per job (plus a second, timed-out one
+before it on every 17th job, and every 101st schedule running close to its timeout), so each
+schedule's run-time figures come from 50-60 attempts. Then it runs the real console script as
+a subprocess ``--runs`` times and prints the median and the best, with the load average, and
+the plan (EXPLAIN ANALYZE) of the run-time statement, ``attempts_runtimes``, to name the
+indexes it uses, the statement's own time, and how long migration 0008's index takes to build
+over these attempts.
+
+    .venv/bin/python benchmarks/status_10k.py [--runs 5] [--schedules 10000]
+        [--database-url postgresql://postgres@127.0.0.1:5432/test] [--keep] [--schema NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from web_render import seed as seed_schedules  # noqa: E402 - the 10,000-schedule seed
+
+# Each job's attempt: 0.5-3.4 s of run time against the default timeout (600 s); every 101st
+# schedule's take 500-570 s (diagnosed near its timeout); on every 13th schedule, every 17th
+# job timed out once (at 600 s) before it succeeded (diagnosed too, with the count).
+SEED_ATTEMPTS = """
+WITH s AS (
+    SELECT schedule, n % 101 = 0 AS slow, n % 13 = 0 AS flaky
+    FROM (SELECT schedule, row_number() OVER (ORDER BY schedule) AS n
+          FROM (SELECT DISTINCT schedule FROM schedule_versions) d) numbered
+), o AS (
+    UPDATE outbox SET attempts = CASE WHEN s.flaky AND outbox.id % 17 = 0 THEN 2 ELSE 1 END
+    FROM s WHERE s.schedule = outbox.schedule
+    RETURNING outbox.id, outbox.state, outbox.created_at, outbox.attempts, s.slow
+)
+INSERT INTO attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error)
+SELECT o.id, n, 'bench-worker', o.created_at + make_interval(secs => 700 * (n - 1)),
+       o.created_at + make_interval(secs => 700 * (n - 1) + CASE
+           WHEN n < o.attempts THEN 600
+           WHEN o.slow THEN 500 + o.id % 70
+           ELSE 0.5 + (o.id % 30) / 10.0 END),
+       CASE WHEN n < o.attempts THEN 'timeout'
+            WHEN o.state = 'dead' THEN 'dead' ELSE 'succeeded' END,
+       CASE WHEN n < o.attempts THEN 'timed out after 600s' END
+FROM o CROSS JOIN LATERAL generate_series(1, o.attempts) AS n
+"""
+
+
+def seed(url: str, schema: str, count: int) -> int:
+    seed_schedules(url, schema, count)
+    with psycopg.connect(url, options=f"-c search_path={schema}", autocommit=True) as conn:
+        conn.execute(SEED_ATTEMPTS)
+        conn.execute("VACUUM (ANALYZE) outbox, attempts")
+        return conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
+
+
+def explain(url: str, schema: str) -> None:
+    from cronkeeper.db.attempts import RUNTIMES
+
+    # jit off, as status's transaction has it
+    with psycopg.connect(url, options=f"-c search_path={schema} -c jit=off") as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT DISTINCT schedule FROM schedule_versions ORDER BY 1")]
+        took = []
+        for _ in range(3):
+            start = time.perf_counter()
+            conn.execute(RUNTIMES, {"names": names, "last": 100}).fetchall()
+            took.append(time.perf_counter() - start)
+        print(f"\nattempts_runtimes alone (the statement status, web and the metrics run): "
+              f"median {statistics.median(took):.3f}s, best {min(took):.3f}s over 3 | {load()}")
+        start = time.perf_counter()
+        conn.execute("CREATE INDEX attempts_timed_out_again ON attempts (finished_at) "
+                     "WHERE outcome = 'timeout'")
+        print(f"building migration 0008's index over {len(names)} schedules' attempts: "
+              f"{time.perf_counter() - start:.3f}s")
+        conn.rollback()
+        print("\nEXPLAIN ANALYZE attempts_runtimes (every schedule):")
+        for (line,) in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + RUNTIMES,
+                                    {"names": names, "last": 100}):
+            print("   ", line)
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--keep", action="store_true", help="Keep the schema afterwards.")
+    parser.add_argument("--schema", help="Reuse a schema kept by an earlier run (no seeding).")
+    args = parser.parse_args()
+
+    schema = args.schema or f"bench_status_{uuid.uuid4().hex[:8]}"
+    if not args.schema:
+        start = time.perf_counter()
+        attempts = seed(args.database_url, schema, args.schedules)
+        print(f"seeded {args.schedules} schedules, {attempts} attempts, in schema {schema} in "
+              f"{time.perf_counter() - start:.1f}s")
+    exe = str(Path(sys.executable).with_name("cronkeeper"))
+    argv = [exe, "status", "--format", "json", "--database-url", args.database_url,
+            "--schema", schema]
+    env = {k: v for k, v in os.environ.items() if k != "CRONKEEPER_SCHEDULES"}
+    try:
+        took = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+            took.append(time.perf_counter() - start)
+            if proc.returncode != 0:
+                raise SystemExit(f"status failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            print(f"  run {len(took)}: {took[-1]:.3f}s ({len(proc.stdout) / 1e6:.1f} MB) | {load()}")
+        flagged = proc.stdout.count("runtime near timeout")
+        print(f"cronkeeper status --format json, {args.schedules} schedules: median "
+              f"{statistics.median(took):.3f}s, best {min(took):.3f}s over {args.runs} runs "
+              f"({flagged} schedules diagnosed near their timeout)")
+        explain(args.database_url, schema)
+    finally:
+        if not args.keep and not args.schema:
+            with psycopg.connect(args.database_url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,7 @@ before it on every 17th job, and every 101st schedule running close to its timeo
 schedule's run-time figures come from 50-60 attempts. Then it runs the real console script as
 a subprocess ``--runs`` times and prints the median and the best, with the load average, and
 the plan (EXPLAIN ANALYZE) of the run-time statement, ``attempts_runtimes``, to name the
-indexes it uses, the statement's own time, and how long migration 0008's index takes to build
+indexes it uses, the statement's own time, and how long migration 0009's index takes to build
 over these attempts.
 
     .venv/bin/python benchmarks/status_10k.py [--runs 5] [--schedules 10000]
@@ -82,7 +82,7 @@ def explain(url: str, schema: str) -> None:
         start = time.perf_counter()
         conn.execute("CREATE INDEX attempts_timed_out_again ON attempts (finished_at) "
                      "WHERE outcome = 'timeout'")
-        print(f"building migration 0008's index over {len(names)} schedules' attempts: "
+        print(f"building migration 0009's index over {len(names)} schedules' attempts: "
               f"{time.perf_counter() - start:.3f}s")
         conn.rollback()
         print("\nEXPLAIN ANALYZE attempts_runtimes (every schedule):")

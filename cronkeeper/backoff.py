@@ -11,6 +11,12 @@ of their own; the caller passes the random value).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+
+# A job's backoff when its schedule (or ``enqueue``) sets none: SPEC §2's defaults.
+DEFAULT_BASE = 30.0
+DEFAULT_FACTOR = 2.0
+DEFAULT_MAX = 3600.0
 
 
 def backoff_ceiling(attempt: int, base: float, factor: float, maximum: float) -> float:
@@ -31,6 +37,14 @@ def retry_delay(attempt: int, base: float, factor: float, maximum: float, rand: 
     """
     rand = min(max(rand, 0.0), 1.0)
     return backoff_ceiling(attempt, base, factor, maximum) * rand
+
+
+def job_retry_delay(attempt: int, backoff: Mapping[str, float], rand: float) -> float:
+    """``retry_delay`` with a job's stored backoff (``{"base", "factor", "max"}``), each key
+    missing taking its default."""
+    return retry_delay(attempt, float(backoff.get("base", DEFAULT_BASE)),
+                       float(backoff.get("factor", DEFAULT_FACTOR)),
+                       float(backoff.get("max", DEFAULT_MAX)), rand)
 
 
 def period_jitter(key: str, jitter_seconds: float) -> float:

@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
 PURE = ["spec", "timing", "planning.py", "audit.py", "period_states.py", "backoff.py",
         "importing/crontab.py",
         "importing/cronie.py", "importing/naming.py", "importing/render.py", "importing/model.py",
-        "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py"]
+        "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py", "states.py",
+        "endings.py"]
 FORBIDDEN_IN_PURE = (
     "cronkeeper.db", "cronkeeper.cli", "cronkeeper.worker", "cronkeeper.election",
     "cronkeeper.scheduler", "cronkeeper.metrics", "sqlalchemy", "psycopg", "prometheus_client",

@@ -18,11 +18,14 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
+from cronkeeper.backoff import DEFAULT_BASE, DEFAULT_FACTOR, DEFAULT_MAX
 from cronkeeper.db.engine import check_schema_name, translate_errors
 from cronkeeper.db.wake import wake, wake_channel
 from cronkeeper.errors import UsageError
 
-DEFAULT_BACKOFF = {"base": 30, "factor": 2, "max": 3600}
+# backoff's defaults, written as whole numbers where they are (the stored JSON stays as it was)
+DEFAULT_BACKOFF = {key: int(value) if value.is_integer() else value for key, value in
+                   (("base", DEFAULT_BASE), ("factor", DEFAULT_FACTOR), ("max", DEFAULT_MAX))}
 _DEFAULT_BACKOFF_JSON = json.dumps(DEFAULT_BACKOFF)
 
 _INSERT = """

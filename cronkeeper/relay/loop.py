@@ -36,11 +36,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 from cronkeeper import __version__, clock, metrics
-from cronkeeper.backoff import retry_delay
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
 from cronkeeper.db.engine import Engine, advisory_key
+from cronkeeper.endings import Ending, Kind, next_state
 from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
 from cronkeeper.relay.recorder import Outcome, Recorder
@@ -347,13 +347,12 @@ class Relay:
         return out
 
     def _failure(self, job: db.OutboxJob, exc: PublishError) -> db.Failure:
-        error = f"publish: {exc}"
-        if isinstance(exc, PermanentPublishError) or job.attempt >= job.max_attempts:
-            return db.Failure(job.id, job.attempt, "dead", 0.0, error, "dead")
-        b = job.backoff
-        delay = retry_delay(job.attempt, float(b.get("base", 30)), float(b.get("factor", 2)),
-                            float(b.get("max", 3600)), self.rand.random())
-        return db.Failure(job.id, job.attempt, "available", delay, error, "retry")
+        """A failed publish is a failed attempt, judged by the worker's policy
+        (``cronkeeper.endings``): permanent at once, else retried until the cap."""
+        kind = Kind.PERMANENT if isinstance(exc, PermanentPublishError) else Kind.RETRYABLE
+        nxt = next_state(Ending(kind, f"publish: {exc}"), job.attempt, job.max_attempts,
+                         job.backoff, self.rand.random())
+        return db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome)
 
     def _poll_completions(self) -> None:
         asking = [name for name, t in self.targets.items()

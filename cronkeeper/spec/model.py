@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, overload
 
+from cronkeeper import backoff as backoff_defaults
 from cronkeeper.errors import UnreadableVersion
 from cronkeeper.timing import Trigger, make_trigger
 
@@ -35,9 +36,9 @@ DEFAULT_GRACE = 60.0
 DEFAULT_JITTER = 0.0
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_BACKOFF_BASE = 30.0
-DEFAULT_BACKOFF_FACTOR = 2.0
-DEFAULT_BACKOFF_MAX = 3600.0
+DEFAULT_BACKOFF_BASE = backoff_defaults.DEFAULT_BASE
+DEFAULT_BACKOFF_FACTOR = backoff_defaults.DEFAULT_FACTOR
+DEFAULT_BACKOFF_MAX = backoff_defaults.DEFAULT_MAX
 MAX_PAYLOAD_BYTES = 8 * 1024
 
 

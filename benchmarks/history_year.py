@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.migrate import migrate
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 SEED = """
 WITH v AS (

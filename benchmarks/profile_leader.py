@@ -53,8 +53,8 @@ from cronkeeper import clock  # noqa: E402
 from cronkeeper.db import leader as dbl  # noqa: E402
 from cronkeeper.db import scheduling as dbs  # noqa: E402
 from cronkeeper.db.engine import leader_lock_key, normalize_url  # noqa: E402
+from cronkeeper.schedule import load_valid  # noqa: E402
 from cronkeeper.scheduler import Scheduler  # noqa: E402
-from cronkeeper.spec import load_valid  # noqa: E402
 
 
 class Phase:

@@ -52,7 +52,7 @@ import psycopg
 from cronkeeper.audit import fire_seconds
 from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.migrate import migrate
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Asia/Tokyo", "Australia/Sydney",
          "America/Los_Angeles", "Asia/Kolkata", "Europe/London", "America/Sao_Paulo",

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from cronkeeper.spec.model import ScheduleSpec, read_stored_version
+from cronkeeper.schedule.model import ScheduleSpec, read_stored_version
 from cronkeeper.timing import TimingError, Trigger, parse_duration, parse_instant
 
 DEFAULT_RETENTION_DAYS = 400.0

@@ -54,8 +54,8 @@ from cronkeeper.db.engine import (
 )
 from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
+from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
-from cronkeeper.spec.model import ScheduleSet
 from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.election")

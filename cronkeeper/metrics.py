@@ -389,7 +389,7 @@ class DatabaseCollector(Collector):
         shared), not the parsed specs (1.4 KiB each)."""
         from cronkeeper.db import audit as dba
         from cronkeeper.db import dashboard as dbd
-        from cronkeeper.spec.model import read_stored_version
+        from cronkeeper.schedule.model import read_stored_version
 
         stamp = dbd.versions_stamp(conn)
         with self._lock:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from cronkeeper.spec.model import Misfire, Overlap, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, Overlap, ScheduleSpec
 
 
 class Outcome(StrEnum):

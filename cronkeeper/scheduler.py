@@ -23,7 +23,7 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
-from cronkeeper.spec.model import (
+from cronkeeper.schedule.model import (
     Backoff,
     Misfire,
     Overlap,

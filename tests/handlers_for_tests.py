@@ -173,7 +173,7 @@ def _command_schedule_fixture():
 
         def make(argv, *, timeout="30s", max_attempts=5, payload=None):
             from cronkeeper import clock
-            from cronkeeper.spec import load_valid
+            from cronkeeper.schedule import load_valid
 
             root = Path(__file__).parent.parent
             argv = [str(root / a) if a.startswith("tests/bin/") else a for a in argv]

@@ -18,7 +18,7 @@ from cronkeeper.audit import (
     parse_since,
     records_from_rows,
 )
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
 from cronkeeper.db import scheduling as dbs
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 
 @pytest.fixture

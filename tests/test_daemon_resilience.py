@@ -19,7 +19,7 @@ from daemon_harness import (
 )
 
 from cronkeeper import clock
-from cronkeeper.spec import load_valid
+from cronkeeper.schedule import load_valid
 
 
 @pytest.fixture

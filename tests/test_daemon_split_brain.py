@@ -26,8 +26,8 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.errors import LeadershipLost
 from cronkeeper.planning import idempotency_key
+from cronkeeper.schedule import load_valid
 from cronkeeper.scheduler import Scheduler
-from cronkeeper.spec import load_valid
 
 
 @pytest.fixture

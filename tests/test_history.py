@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 
 def spec(name: str, every: float, grace: float = 10, owner: str = "team-a") -> ScheduleSpec:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
 
-PURE = ["spec", "timing", "planning.py", "audit.py", "period_states.py", "backoff.py",
+PURE = ["schedule", "timing", "planning.py", "audit.py", "period_states.py", "backoff.py",
         "importing/crontab.py",
         "importing/cronie.py", "importing/naming.py", "importing/render.py", "importing/model.py",
         "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py", "states.py",

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from cronkeeper import metrics as m
 from cronkeeper.planning import Decision, Outcome, Reason
-from cronkeeper.spec.model import Misfire, ScheduleSet, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSet, ScheduleSpec
 
 T = datetime(2026, 3, 1, 12, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
-from cronkeeper.spec.model import Misfire, Overlap, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, Overlap, ScheduleSpec
 
 T0 = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
 E, S = Outcome.EMITTED, Outcome.SKIPPED

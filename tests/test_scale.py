@@ -20,9 +20,9 @@ from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.election import Node
 from cronkeeper.planning import Decision, Outcome, Reason
+from cronkeeper.schedule import load_valid
+from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
-from cronkeeper.spec import load_valid
-from cronkeeper.spec.model import ScheduleSet
 from cronkeeper.timing import TimingError, make_trigger
 from cronkeeper.timing.triggers import CHUNK
 

@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cronkeeper.spec.model import Backoff, Misfire, Overlap, ScheduleSpec, canonical_json
+from cronkeeper.schedule.model import Backoff, Misfire, Overlap, ScheduleSpec, canonical_json
 
 text = st.text(max_size=20)  # any code point: quotes, backslashes, controls, non-ASCII
 seconds = st.one_of(st.floats(min_value=0, max_value=1e9, allow_nan=False), st.integers(0, 10**9))

@@ -7,8 +7,8 @@ import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cronkeeper.spec import fasttoml
-from cronkeeper.spec.lines import LineIndex
+from cronkeeper.schedule import fasttoml
+from cronkeeper.schedule.lines import LineIndex
 
 bare = st.from_regex(r"[A-Za-z0-9_-]{1,8}", fullmatch=True)
 plain = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters='"\\\x7f'), max_size=12)

@@ -1,4 +1,4 @@
-"""Every error and warning of SPEC §3, each with its message and line (cronkeeper.spec)."""
+"""Every error and warning of SPEC §3, each with its message and line (cronkeeper.schedule)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from cronkeeper.errors import ScheduleError
-from cronkeeper.spec import (
+from cronkeeper.schedule import (
     Backoff,
     Diagnostic,
     Misfire,
@@ -521,8 +521,8 @@ def test_remembered_tables_report_what_checking_each_afresh_reports(tmp_path):
         ("seventh", 'task = "pkg.mod:seven"\ncommand = ["/bin/true"]', ""),  # both: an error
     ])  # fmt: skip
     result = load(tmp_path, text)
-    from cronkeeper.spec.fasttoml import parse
-    from cronkeeper.spec.validate import check_schedule
+    from cronkeeper.schedule.fasttoml import parse
+    from cronkeeper.schedule.validate import check_schedule
 
     doc, index = parse(text)
     expected = []
@@ -557,7 +557,7 @@ def test_a_value_of_another_type_is_another_table(tmp_path):
 
 
 def test_files_read_by_several_processes_say_what_one_process_says(tmp_path):
-    from cronkeeper.spec import loader
+    from cronkeeper.schedule import loader
 
     bad = with_line(GOOD, 'timezone = "UTC"', 'timezone = "Mars/Olympus"')
     texts = [GOOD, bad + with_line(GOOD, "[job]", "[other]"), "[job]\nmisfire = 1\n", "x = ["]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cronkeeper import clock
-from cronkeeper.spec import load_paths, load_valid
+from cronkeeper.schedule import load_paths, load_valid
 
 GOOD = '[ok]\ncron = "0 3 * * *"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.x"\nowner = "o"\n'
 

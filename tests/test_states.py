@@ -10,7 +10,7 @@ import pytest
 from cronkeeper.backoff import DEFAULT_BASE, DEFAULT_FACTOR, DEFAULT_MAX, backoff_ceiling
 from cronkeeper.db.enqueue import DEFAULT_BACKOFF
 from cronkeeper.endings import Ending, Kind, next_state
-from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.schedule.model import ScheduleSpec
 from cronkeeper.states import AttemptOutcome, JobState, PeriodOutcome
 
 

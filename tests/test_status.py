@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
 from cronkeeper.db.engine import leader_lock_key
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 
 def spec(name, every=60, owner="team-a"):

@@ -25,7 +25,7 @@ from cronkeeper.audit import (
     unix,
 )
 from cronkeeper.period_states import audit_states, expected_tail, holds, judge, state_letter
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 from cronkeeper.web.fires import FireCache
 from cronkeeper.web.strip import CellState
 

@@ -10,7 +10,7 @@ import pytest
 
 from cronkeeper.audit import Record, Version
 from cronkeeper.errors import UsageError
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 from cronkeeper.timing.describe import describe
 from cronkeeper.web import security
 from cronkeeper.web.strip import CellState, build_strip, relative, window_start

@@ -6,7 +6,7 @@ from typing import NotRequired, TypedDict
 import pytest
 
 from cronkeeper import PermanentError
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending, next_state
 from cronkeeper.worker.commands import Verdict, decide
 from cronkeeper.worker.registry import PayloadError, UnknownTask, check_shape, resolve, task

@@ -21,7 +21,7 @@ import psycopg
 
 from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.migrate import migrate
-from cronkeeper.spec.model import Misfire, ScheduleSpec
+from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 CRONKEEPER = str(Path(sys.executable).with_name("cronkeeper"))
 XSS = "<script>alert('x')</script>"

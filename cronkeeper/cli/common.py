@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from cronkeeper.errors import UsageError
-from cronkeeper.spec.diagnostics import safe  # the one escaping helper
+from cronkeeper.schedule.diagnostics import safe  # the one escaping helper
 
 __all__ = [
     "database_options", "format_option", "parse_metrics_address", "safe", "serve_metrics",

@@ -17,7 +17,7 @@ import click
 from cronkeeper import clock
 from cronkeeper.cli.common import format_option, safe
 from cronkeeper.errors import CronkeeperError
-from cronkeeper.spec import ScheduleSpec, load_paths
+from cronkeeper.schedule import ScheduleSpec, load_paths
 from cronkeeper.timing import instants, load_zone, make_trigger, parse_instant
 
 

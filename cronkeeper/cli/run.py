@@ -16,8 +16,8 @@ from cronkeeper.cli.connect import open_database
 from cronkeeper.db.engine import redact
 from cronkeeper.election import Node, NodeOptions, Role, default_instance_id
 from cronkeeper.errors import CronkeeperError, ScheduleError
-from cronkeeper.spec import load_valid
-from cronkeeper.spec.model import ScheduleSet
+from cronkeeper.schedule import load_valid
+from cronkeeper.schedule.model import ScheduleSet
 
 log = logging.getLogger("cronkeeper.run")
 

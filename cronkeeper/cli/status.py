@@ -187,8 +187,8 @@ def timeout_places(path: str | None, names: set[str]) -> dict[str, str]:
     from pathlib import Path
 
     from cronkeeper import clock
-    from cronkeeper.spec import load_paths
-    from cronkeeper.spec.lines import LineIndex
+    from cronkeeper.schedule import load_paths
+    from cronkeeper.schedule.lines import LineIndex
 
     found: dict[str, str] = {}
     indexes: dict[str, LineIndex | None] = {}

@@ -14,7 +14,7 @@ import click
 
 from cronkeeper import clock
 from cronkeeper.cli.common import format_option
-from cronkeeper.spec import LoadResult, load_paths, safe
+from cronkeeper.schedule import LoadResult, load_paths, safe
 
 
 def _plural(count: int, word: str) -> str:
@@ -83,7 +83,7 @@ def validate_command(
 
 
 def _empty() -> LoadResult:
-    from cronkeeper.spec.model import ScheduleSet
+    from cronkeeper.schedule.model import ScheduleSet
 
     return LoadResult(ScheduleSet(()), [], [])
 

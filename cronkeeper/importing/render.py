@@ -15,8 +15,8 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.importing.model import Conversion, Entry, Problem
-from cronkeeper.spec.diagnostics import Severity, safe
-from cronkeeper.spec.validate import check_schedule
+from cronkeeper.schedule.diagnostics import Severity, safe
+from cronkeeper.schedule.validate import check_schedule
 
 
 class NotToml(ValueError):

@@ -23,8 +23,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from cronkeeper.relay.targets import KINDS
-from cronkeeper.spec.diagnostics import Diagnostic, Severity
-from cronkeeper.spec.lines import LineIndex
+from cronkeeper.schedule.diagnostics import Diagnostic, Severity
+from cronkeeper.schedule.lines import LineIndex
 from cronkeeper.timing.durations import parse_duration
 from cronkeeper.timing.errors import TimingError
 

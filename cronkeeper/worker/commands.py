@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from cronkeeper import clock
 from cronkeeper.errors import UsageError
-from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.schedule.model import ScheduleSpec
 
 
 class Verdict(StrEnum):
@@ -76,9 +76,9 @@ def load_specs(directory: str | None) -> tuple[dict[str, ScheduleSpec], str]:
     if not directory:
         return {}, ""
     try:
-        from cronkeeper.spec import load_valid
+        from cronkeeper.schedule import load_valid
     except ImportError:
-        raise UsageError("this build cannot load schedule files (cronkeeper.spec.load_valid "
+        raise UsageError("this build cannot load schedule files (cronkeeper.schedule.load_valid "
                          "is missing)") from None
     schedule_set = load_valid([directory], now=clock.wall())
     return schedule_set.by_name(), schedule_set.digest

@@ -17,7 +17,7 @@ from cronkeeper import clock
 from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
 from cronkeeper.db.outbox import OutboxJob
 from cronkeeper.errors import DatabaseError
-from cronkeeper.spec.model import ScheduleSpec
+from cronkeeper.schedule.model import ScheduleSpec
 from cronkeeper.worker.classify import Ending
 from cronkeeper.worker.context import JobContext
 

@@ -39,11 +39,11 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.errors import ScheduleError
-from cronkeeper.spec import fasttoml
-from cronkeeper.spec.diagnostics import Diagnostic, Severity
-from cronkeeper.spec.lines import LineIndex
-from cronkeeper.spec.model import ScheduleSet, ScheduleSpec
-from cronkeeper.spec.validate import Memo, check_schedule
+from cronkeeper.schedule import fasttoml
+from cronkeeper.schedule.diagnostics import Diagnostic, Severity
+from cronkeeper.schedule.lines import LineIndex
+from cronkeeper.schedule.model import ScheduleSet, ScheduleSpec
+from cronkeeper.schedule.validate import Memo, check_schedule
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")

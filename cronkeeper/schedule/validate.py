@@ -14,7 +14,7 @@ Rules (SPEC §2, §3; docs/schedules.md is the reference):
 - warnings: a deprecated zone alias, a fixed local time in a DST gap or fold in the coming
   year, ``timeout`` longer than the interval with ``overlap = "allow"``, no ``owner``.
 
-Checks of when a schedule fires live in :mod:`cronkeeper.spec.timing_checks`, cached per distinct
+Checks of when a schedule fires live in :mod:`cronkeeper.schedule.timing_checks`, cached per distinct
 value; valid tables are remembered per load (:class:`Memo`).
 """
 
@@ -27,10 +27,10 @@ from enum import Enum
 from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
-from cronkeeper.spec import timing_checks as timing
-from cronkeeper.spec import values as v
-from cronkeeper.spec.diagnostics import Diagnostic, Severity
-from cronkeeper.spec.model import (
+from cronkeeper.schedule import timing_checks as timing
+from cronkeeper.schedule import values as v
+from cronkeeper.schedule.diagnostics import Diagnostic, Severity
+from cronkeeper.schedule.model import (
     DEFAULT_BACKOFF_BASE,
     DEFAULT_BACKOFF_FACTOR,
     DEFAULT_BACKOFF_MAX,

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from cronkeeper.spec.model import MAX_PAYLOAD_BYTES, NAME_PATTERN, canonical_json
+from cronkeeper.schedule.model import MAX_PAYLOAD_BYTES, NAME_PATTERN, canonical_json
 from cronkeeper.timing import TimingError, parse_duration
 
 NAME_RE = re.compile(NAME_PATTERN)

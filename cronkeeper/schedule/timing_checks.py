@@ -10,7 +10,7 @@ import functools
 import itertools
 from datetime import datetime, timedelta
 
-from cronkeeper.spec import values as v
+from cronkeeper.schedule import values as v
 from cronkeeper.timing import (
     TimingError,
     deprecated_zone_alias,

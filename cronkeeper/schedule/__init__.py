@@ -6,9 +6,9 @@
     specs = load_valid(["schedules/"], now=clock.wall())  # or ScheduleError(diagnostics)
 """
 
-from cronkeeper.spec.diagnostics import Diagnostic, Severity, safe
-from cronkeeper.spec.loader import LoadResult, load_paths, load_valid
-from cronkeeper.spec.model import (
+from cronkeeper.schedule.diagnostics import Diagnostic, Severity, safe
+from cronkeeper.schedule.loader import LoadResult, load_paths, load_valid
+from cronkeeper.schedule.model import (
     NAME_PATTERN,
     Backoff,
     Misfire,

@@ -169,7 +169,7 @@ class Lines:
 
     def line(self, *path: str) -> int:
         """The line of ``path``, or of its longest known prefix; 1 when nothing is known
-        (what :meth:`cronkeeper.spec.lines.LineIndex.line` answers for the same file)."""
+        (what :meth:`cronkeeper.schedule.lines.LineIndex.line` answers for the same file)."""
         if not path:
             return 1
         start = self._tables.get(path[0])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-# A job's backoff when its schedule (or ``enqueue``) sets none: SPEC §2's defaults.
+# A job's backoff when its schedule (or ``enqueue``) sets none: the defaults docs/schedules.md states.
 DEFAULT_BASE = 30.0
 DEFAULT_FACTOR = 2.0
 DEFAULT_MAX = 3600.0

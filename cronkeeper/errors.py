@@ -13,7 +13,7 @@ class UsageError(CronkeeperError):
 
 class UnusableInput(CronkeeperError):
     """`cronkeeper import` cannot read its input at all (not text, a directory, a module that
-    fails to import): nothing is written (SPEC §12)."""
+    fails to import): nothing is written (docs/import.md)."""
 
     exit_code = 2
 

@@ -85,7 +85,7 @@ class Metrics:
                                       buckets=ATTEMPT_BUCKETS, registry=r)
         self.jobs_running = Gauge("cronkeeper_jobs_running", "Jobs this worker is running now.",
                                   registry=r)
-        # the relay (SPEC §11)
+        # the relay (docs/relay.md)
         self.relay_published = Counter("cronkeeper_relay_published", "Jobs this relay published "
                                        "and marked published, by target.", ["target"], registry=r)
         self.relay_failures = Counter("cronkeeper_relay_failures", "Failed publish attempts of "
@@ -355,7 +355,7 @@ class DatabaseCollector(Collector):
         return families
 
     def _runtime_families(self, conn: Any, current: dict[str, _Current]) -> list:
-        """SPEC §8, timeouts matched to the work: the p99 run time of each schedule's last 100
+        """docs/observability.md, timeouts matched to the work: the p99 run time of each schedule's last 100
         finished attempts (a timed-out one counted at its timeout; no series before one has
         finished), its timeout, and its attempts that timed out in the last 24 hours: the
         figures of ``status``, from its statement, read again at most every RUNTIMES_EVERY."""

@@ -1,4 +1,4 @@
-"""Run time against timeout, per schedule (SPEC §8, "Timeouts matched to the work"): the figures
+"""Run time against timeout, per schedule (docs/observability.md, "Timeouts matched to the work"): the figures
 ``status``, ``web``, ``explain`` and the metrics show, and when they say it is too close (pure).
 
 The seeds: "set the lease above the p99 runtime" and "a timeout slightly above p99". A schedule
@@ -62,7 +62,7 @@ def runtime_of(schedule: str, timeout: float,
 
 
 def json_fields(runtime: Runtime) -> dict[str, Any]:
-    """The fields of a ``status`` JSON ``schedules`` item (SPEC §8), also on the web's pages
+    """The fields of a ``status`` JSON ``schedules`` item (docs/observability.md), also on the web's pages
     and in ``explain``."""
     def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 3)

@@ -1,4 +1,4 @@
-"""`cronkeeper import crontab|celery-beat`: arrive from cron or Celery beat (SPEC §12).
+"""`cronkeeper import crontab|celery-beat`: arrive from cron or Celery beat (docs/import.md).
 
 Schedule files go to stdout, or with ``-o DIR`` into ``DIR/<name>.toml`` (DIR created if missing;
 files 0644, written whole through a temporary file and a rename); names another file under DIR
@@ -154,7 +154,7 @@ def _check_output(output: str | None) -> None:
 def common(func):
     for option in reversed([
         click.option("--misfire", type=MISFIRE, required=True,
-                      help="Misfire policy of every converted schedule (SPEC §2)."),
+                      help="Misfire policy of every converted schedule (docs/schedules.md)."),
         click.option("--owner", default=None, help="owner of every converted schedule."),
         click.option("-o", "--output", metavar="DIR", default=None,
                      help="Write DIR/<name>.toml (created if missing) instead of stdout."),

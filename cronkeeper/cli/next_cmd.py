@@ -1,4 +1,4 @@
-"""`cronkeeper next NAME --schedules DIR`: the next fire instants of one schedule (SPEC §4).
+"""`cronkeeper next NAME --schedules DIR`: the next fire instants of one schedule (docs/schedules.md).
 
 Prints each fire local (with its offset) and in UTC, so anyone can check DST behaviour before
 it happens. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.

@@ -1,4 +1,4 @@
-"""cronkeeper relay: publish routed outbox jobs into the queue a team already runs (SPEC §11)."""
+"""cronkeeper relay: publish routed outbox jobs into the queue a team already runs (docs/relay.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`cronkeeper validate PATH...`: every problem of the schedule files at once (SPEC §3).
+"""`cronkeeper validate PATH...`: every problem of the schedule files at once (docs/schedules.md).
 
 Exit 0 when valid (warnings allowed), 1 when any error, 2 on usage errors (no path, a path
 that does not exist). Database-free and fast: imports nothing but the spec and timing cores.
@@ -89,7 +89,7 @@ def _empty() -> LoadResult:
 
 
 def _with_relay_config(result: LoadResult, path: str, with_schedules: bool) -> LoadResult:
-    """The schedule files' result plus the relay config's diagnostics (SPEC §11)."""
+    """The schedule files' result plus the relay config's diagnostics (docs/relay.md)."""
     import dataclasses
 
     from cronkeeper.relay.config import check_against_schedules, load_relay_config

@@ -1,4 +1,4 @@
-"""cronkeeper web: the read-only view of the cluster, in a browser (SPEC §13; docs/web.md)."""
+"""cronkeeper web: the read-only view of the cluster, in a browser (docs/web.md)."""
 
 from __future__ import annotations
 

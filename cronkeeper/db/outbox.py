@@ -103,7 +103,7 @@ def _route_params(routes: Routes | None) -> dict[str, Any]:
 
 
 # A schedule is busy while one of its jobs runs, or was published by a relay and neither reported
-# finished by its target nor past its timeout since publication (SPEC §11).
+# finished by its target nor past its timeout since publication (docs/relay.md).
 BUSY = """(state = 'running' OR (state = 'published' AND finished_at IS NULL
             AND published_at + make_interval(secs => timeout_seconds) > now()))"""
 

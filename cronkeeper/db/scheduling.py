@@ -118,7 +118,7 @@ def controls_paused(conn: psycopg.Connection) -> set[str]:
 def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
     """Schedules whose previous job is not finished: waiting, running, or waiting to retry; or
     published by a relay and neither reported finished nor past its timeout since publication
-    (SPEC §11). Two arms, so each is answered from its partial index."""
+    (docs/relay.md). Two arms, so each is answered from its partial index."""
     if not schedules:
         return set()
     rows = conn.execute(
@@ -154,7 +154,7 @@ class ClaimGroup(NamedTuple):
     its JSON is parsed once per statement, and each period costs four array elements."""
 
     scheduled_for: datetime
-    stamp: str  # the instant part of the idempotency key (SPEC §4): ``<schedule>@<stamp>``
+    stamp: str  # the instant part of the idempotency key (docs/schedules.md): ``<schedule>@<stamp>``
     outcome: str
     reason: str | None
     job: JobColumns | None

@@ -1,4 +1,4 @@
-"""`cronkeeper import`: crontabs and Celery beat schedules -> schedule files (SPEC §12).
+"""`cronkeeper import`: crontabs and Celery beat schedules -> schedule files (docs/import.md).
 
 - :mod:`crontab` reads a crontab (user, ``/etc/crontab``, ``/etc/cron.d``) as cronie does; pure.
 - :mod:`celerybeat` imports a Celery app and reads its ``beat_schedule``.

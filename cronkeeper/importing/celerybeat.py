@@ -1,4 +1,4 @@
-"""A Celery app's beat schedule -> schedule entries (SPEC §12).
+"""A Celery app's beat schedule -> schedule entries (docs/import.md).
 
 The app is imported as ``celery -A`` does (``module:attribute``; the current directory first on
 ``sys.path``), and its schedule read through ``app.conf.beat_schedule``, which is also where
@@ -18,7 +18,7 @@ so ``--timezone`` must say it.
 - ``solar(...)`` and other schedule classes: refused (no cron or interval says "at sunset").
 - ``kwargs`` -> ``payload``; positional ``args`` are bound to the task's parameter names when the
   task is registered in the app (else refused: the relay sends the payload as kwargs).
-- ``options``: ``queue`` -> a route in a suggested relay config (SPEC §11); ``expires``,
+- ``options``: ``queue`` -> a route in a suggested relay config (docs/relay.md); ``expires``,
   ``priority`` and the rest have no place in a route or schedule: warned, kept in the notes.
 """
 
@@ -346,7 +346,7 @@ def _relay(source: str, entries: tuple[Entry, ...]) -> str:
     for entry in entries:
         by_queue.setdefault(entry.queue, []).append(entry.name)
     lines = [
-        f"# A suggested relay config (SPEC §11) for the schedules imported from {source}:",
+        f"# A suggested relay config (docs/relay.md) for the schedules imported from {source}:",
         "# every imported schedule is a Celery task, so each is routed to the app's broker.",
         "# Check it with: cronkeeper validate --relay-config FILE",
         "",

@@ -1,5 +1,5 @@
 """--compare: the old system's fires beside cronkeeper's, per converted entry, every difference
-marked, DST days always shown (SPEC §12).
+marked, DST days always shown (docs/import.md).
 
 Old fires come from :mod:`cronie` (a simulation of cronie's daemon loop) for a crontab and from
 Celery's own ``is_due`` (driven by a simulated beat clock) for a beat schedule; cronkeeper's come

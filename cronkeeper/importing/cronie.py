@@ -12,7 +12,7 @@ minute it runs every job matching the new minute. Otherwise, by how far the wall
   until the virtual clock catches up, so they do not repeat;
 - more than 3 hours: jump, and run every job for the current minute.
 
-Jobs under ``CRON_TZ`` (here also ``TZ``, SPEC §12) are matched against the wall time of the
+Jobs under ``CRON_TZ`` (here also ``TZ``, docs/import.md) are matched against the wall time of the
 same instant in their own zone, while the stepping above follows the daemon's zone: cronie's own
 comment says such jobs may be missed or run twice around DST changes in the job's zone. A fire is
 recorded at the real minute the daemon runs it. Pure: instants in, instants out.

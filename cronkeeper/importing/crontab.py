@@ -1,4 +1,4 @@
-"""A crontab, read as cronie reads it, into schedule entries (SPEC §12). Pure: text in.
+"""A crontab, read as cronie reads it, into schedule entries (docs/import.md). Pure: text in.
 
 Line by line, as cronie's ``load_entry``/``load_env``:
 

@@ -1,4 +1,4 @@
-"""Schedule names from commands and beat entry names: valid under SPEC §2's rule, unique, stable."""
+"""Schedule names from commands and beat entry names: valid under docs/schedules.md's naming rule, unique, stable."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The relay config file (SPEC §11): named targets and an ordered list of routes, read into frozen
+"""The relay config file (docs/relay.md): named targets and an ordered list of routes, read into frozen
 values with every problem reported at once as ``file:line: message`` (the schedule files' format).
 
 Pure: reads a file, imports no database or queue library. A target kind may check its own

@@ -1,5 +1,5 @@
 """The relay: claim routed jobs under a short lease, publish each to its target, then mark them
-``published`` (SPEC §11, docs/relay.md).
+``published`` (docs/relay.md).
 
 Three threads: the publish loop, in rounds; a claimer that claims the next batch while one is
 published (when the last claim came back full); and a recorder that writes each round's

@@ -1,6 +1,6 @@
 """One schedule table -> a frozen :class:`ScheduleSpec`, or every problem with it.
 
-Rules (SPEC §2, §3; docs/schedules.md is the reference):
+Rules (docs/schedules.md is the reference):
 
 - exactly one of ``cron`` / ``every``; exactly one of ``task`` / ``command``;
 - ``timezone`` and ``misfire`` are required: the silent default is how runs go missing;

@@ -1,4 +1,4 @@
-"""Cron grammar, ``every``, timezones and DST rules (SPEC §4). Pure: time is always an argument.
+"""Cron grammar, ``every``, timezones and DST rules (docs/schedules.md). Pure: time is always an argument.
 
 Imports nothing from cronkeeper.db, cronkeeper.cli or cronkeeper.worker.
 """

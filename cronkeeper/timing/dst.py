@@ -1,5 +1,5 @@
 """What DST does to a fixed-time cron: each named local time that a gap skips or a fold repeats,
-and the one instant it fires instead (SPEC §4). For ``cronkeeper validate`` and ``explain``."""
+and the one instant it fires instead (docs/schedules.md). For ``cronkeeper validate`` and ``explain``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Triggers: when a schedule fires, as a pure function of an instant (SPEC §4).
+"""Triggers: when a schedule fires, as a pure function of an instant (docs/schedules.md).
 
 A cron trigger works one constant-offset segment of its zone at a time (between two offset
 transitions), with naive local arithmetic inside it: local second ``L`` in a segment of offset

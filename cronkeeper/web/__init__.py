@@ -1,2 +1,2 @@
-"""``cronkeeper web``: the audit as a picture (SPEC §13). Needs the ``web`` extra (Flask,
+"""``cronkeeper web``: the audit as a picture (docs/web.md). Needs the ``web`` extra (Flask,
 waitress); the daemon's install does not."""

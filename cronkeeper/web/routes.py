@@ -1,4 +1,4 @@
-"""The read-only pages and their JSON mirrors (SPEC §13). Every JSON mirror is the text the CLI
+"""The read-only pages and their JSON mirrors (docs/web.md). Every JSON mirror is the text the CLI
 prints for ``--format json``, made by the same function."""
 
 from __future__ import annotations

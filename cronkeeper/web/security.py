@@ -1,4 +1,4 @@
-"""The web's security model (SPEC §13), in one place:
+"""The web's security model (docs/web.md), in one place:
 
 - **Where it listens.** 127.0.0.1 by default; any other address needs a token, or it refuses
   to start (``check_bind``).

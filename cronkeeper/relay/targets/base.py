@@ -15,7 +15,7 @@ The relay calls
 when they finished (overlap ``skip`` and ``serial``).
 
 Target ids are pure functions of the idempotency key, so a job republished after a crash between
-publish and mark carries the same id at the target (SPEC §11).
+publish and mark carries the same id at the target (docs/relay.md).
 """
 
 from __future__ import annotations

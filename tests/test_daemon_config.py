@@ -131,3 +131,44 @@ def test_sighup_broken_set_keeps_old_set_valid_set_takes_effect(tmp_path):
     finally:
         fleet.shutdown()
         db.close()
+
+
+def test_a_daemon_stopped_by_sigterm_is_recorded_as_stopped_not_stale(tmp_path):
+    """A graceful stop says so (role 'stopped', its last heartbeat kept), so status and the web
+    show it as stopped, not as a leader whose heartbeat is a day old."""
+    pg = shared_postgres()
+    schedules = write_schedules(tmp_path / "schedules",
+                                {"a.toml": schedule_toml("a", cron="* * * * * *")})
+    fleet = Fleet(pg, pg.new_schema(), schedules, tmp_path, n=1, leader_timeout=3)
+    daemon = fleet.daemons[0]
+    db = set_path(pg.connect(), fleet.schema)
+    try:
+        fleet.start()
+        wait_for(lambda: _periods_after(db, "a", "-infinity") >= 1, 20, "a to fire")
+        wait_for(lambda: db.execute("SELECT count(*) FROM instances WHERE cluster = %s AND "
+                                    "role = 'leader'", (fleet.cluster,)).fetchone()[0], 20,
+                 "its instances row")
+        assert daemon.stop() == 0
+        role, age = db.execute(
+            "SELECT role, extract(epoch FROM clock_timestamp() - heartbeat_at) FROM instances "
+            "WHERE cluster = %s AND instance_id = %s", (fleet.cluster, daemon.instance_id)).fetchone()
+        assert role == "stopped" and age < 30, (role, age)
+        out = subprocess.run(
+            [CRONKEEPER, "status", "--database-url", pg.url, "--schema", fleet.schema,
+             "--cluster", fleet.cluster, "--format", "json"], capture_output=True, text=True,
+            timeout=60)
+        import json  # noqa: PLC0415
+
+        doc = json.loads(out.stdout)
+        assert doc["instances"] == [] and doc["leader"] is None
+        assert [i["instance_id"] for i in doc["stopped_instances"]] == [daemon.instance_id]
+        # Started again under the same id, it is live again.
+        daemon.start()
+        daemon.wait_log(lambda r: r.get("action") == "ready", 20, "ready again")
+        wait_for(lambda: db.execute(
+            "SELECT count(*) FROM instances WHERE cluster = %s AND instance_id = %s AND "
+            "role <> 'stopped'", (fleet.cluster, daemon.instance_id)).fetchone()[0], 20,
+            "the row live again")
+    finally:
+        fleet.shutdown()
+        db.close()

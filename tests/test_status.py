@@ -140,3 +140,46 @@ def test_empty_cluster(database_url, schema, cluster):
     doc = json.loads(status(database_url, schema, cluster, "--format", "json").stdout)
     assert doc["leader"] is None and doc["instances"] == [] and doc["schedules"] == []
     assert any("no scheduler instance is running" in d for d in doc["diagnosis"])
+
+
+def test_a_mixed_fleet_is_named_by_release_and_a_stopped_instance_as_stopped(
+        database_url, schema, cluster, engine):
+    from cronkeeper.db.instances import instances_stopped  # noqa: PLC0415
+
+    with engine.begin() as conn:
+        instance(conn, cluster, "old-a")
+        instance(conn, cluster, "new-b")
+        instance(conn, cluster, "gone", age=5)
+        conn.execute(sa.text("UPDATE instances SET version = '0.2.0' WHERE instance_id = 'new-b'"))
+        instances_stopped(conn, cluster, "gone")
+    r = status(database_url, schema, cluster, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert sorted(i["instance_id"] for i in doc["instances"]) == ["new-b", "old-a"]
+    (gone,) = doc["stopped_instances"]
+    assert gone["instance_id"] == "gone" and gone["kind"] == "scheduler"
+    assert any("different releases (0.1.0: old-a; 0.2.0: new-b)" in d and "docs/upgrading.md" in d
+               for d in doc["diagnosis"]), doc["diagnosis"]
+    text = status(database_url, schema, cluster).output
+    assert "VERSION" in text and "stopped at" in text
+    with engine.begin() as conn:  # the row keeps its last heartbeat: 5 s ago, not a day
+        role, age = conn.execute(sa.text(
+            "SELECT role, extract(epoch FROM clock_timestamp() - heartbeat_at) FROM instances "
+            "WHERE instance_id = 'gone'")).one()
+    assert role == "stopped" and 4 < age < 60
+
+
+def test_a_stop_on_the_previous_releases_schema_backdates_the_heartbeat(engine, cluster):
+    """Before migration 8 the role check refuses 'stopped' (a worker of this release stopping
+    before `migrate`, in a rolling upgrade): it leaves the live instances the 0.1.0 way."""
+    from cronkeeper.db.instances import instances_stopped  # noqa: PLC0415
+
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE instances DROP CONSTRAINT instances_role_check"))
+        conn.execute(sa.text("ALTER TABLE instances ADD CONSTRAINT instances_role_check "
+                             "CHECK (role IN ('leader', 'standby', 'worker', 'relay'))"))
+        instance(conn, cluster, "w1", kind="worker")
+        instances_stopped(conn, cluster, "w1")
+        role, age = conn.execute(sa.text(
+            "SELECT role, extract(epoch FROM clock_timestamp() - heartbeat_at) FROM instances "
+            "WHERE instance_id = 'w1'")).one()
+    assert role == "worker" and age > 80000

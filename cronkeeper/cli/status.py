@@ -21,6 +21,7 @@ from cronkeeper.cli.common import database_options, format_option, safe
 from cronkeeper.runtimes import SAMPLE, Runtime, advice, figures, json_fields, runtime_of, seconds
 
 STORM_WINDOW = 300.0  # seconds of attempts the retry-storm check looks at
+STOPPED_WITHIN = 3600.0  # instances that stopped gracefully this recently are listed as stopped
 STORM_MIN_FAILURES = 5
 AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
@@ -58,6 +59,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         dba.session_jit_off(conn)
         lead = dba.leadership_current(conn, cluster)
         instances = dba.instances_live(conn, cluster, live_within)
+        stopped = dba.instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
         held = dba.lock_held(conn, *lock_key_parts(key))
         problems: list[str] = []
         try:
@@ -136,6 +138,11 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
              "schedules_digest": i["schedules_digest"], "tzdata_version": i["tzdata_version"],
              "heartbeat_at": _iso(i["heartbeat_at"]), "clock_skew_seconds": i["clock_skew_seconds"]}
             for i in instances
+        ],
+        "stopped_instances": [
+            {"instance_id": i["instance_id"], "kind": i["kind"], "host": i["host"],
+             "version": i["version"], "stopped_at": _iso(i["heartbeat_at"])}
+            for i in stopped
         ],
         "schedules": schedules,
         "queue": {
@@ -242,6 +249,12 @@ def diagnose(doc: dict[str, Any], periods: dict[str, float | None],
         else:
             why = "no instance has ever led this cluster"
         out.append(f"no leader: {why}. Nothing fires until one leads.")
+    releases = sorted({i["version"] for i in doc["instances"]})
+    if len(releases) > 1:
+        groups = "; ".join(f"{safe(r)}: " + " ".join(safe(i["instance_id"]) for i in doc["instances"]
+                                                  if i["version"] == r) for r in releases)
+        out.append(f"live instances run different releases ({groups}): a rolling upgrade is under "
+                   "way; finish it, one instance at a time (docs/upgrading.md)")
     digests = {i["schedules_digest"] for i in schedulers}
     if len(digests) > 1:
         groups = ", ".join(
@@ -292,14 +305,17 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"leader: {safe(lead['instance_id'])} term {lead['term']} since {lead['since']}")
     else:
         lines.append("leader: none")
-    lines += ["", "INSTANCES", f"  {'ID':<28} {'KIND':<9} {'ROLE':<7} {'PID':>7} {'DIGEST':<12} "
-              f"{'TZDATA':<7}"]
+    lines += ["", "INSTANCES", f"  {'ID':<28} {'KIND':<9} {'ROLE':<7} {'PID':>7} {'VERSION':<11} "
+              f"{'DIGEST':<12} {'TZDATA':<7}"]
     for i in doc["instances"]:
         lines.append(f"  {safe(i['instance_id'])[:28]:<28} {i['kind']:<9} {i['role']:<7} "
-                     f"{i['pid']:>7} {safe(i['schedules_digest'])[:12]:<12} "
-                     f"{safe(i['tzdata_version'])[:7]:<7}")
+                     f"{i['pid']:>7} {safe(i['version'])[:11]:<11} "
+                     f"{safe(i['schedules_digest'])[:12]:<12} {safe(i['tzdata_version'])[:7]:<7}")
     if not doc["instances"]:
         lines.append("  (no live instance)")
+    for i in doc.get("stopped_instances", []):
+        lines.append(f"  {safe(i['instance_id'])[:28]:<28} {i['kind']:<9} stopped at "
+                     f"{i['stopped_at']} ({safe(i['version'])})")
     lines += ["", "SCHEDULES", f"  {'NAME':<24} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} "
               f"{'PAUSED':<6} {'P50':>7} {'P99':>7} {'TIMEOUT':>7} {'TO/24H':>6}"]
     for s in doc["schedules"]:

@@ -224,6 +224,24 @@ def instances_live(
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
+def instances_stopped_recently(
+    conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float
+) -> list[dict[str, Any]]:
+    """Instances that stopped gracefully (role ``stopped``) within ``within_seconds``; their
+    heartbeat is their last one, so it says when they stopped."""
+    cur = driver(conn).execute(
+        """
+        SELECT instance_id, kind, host, version, heartbeat_at FROM instances
+        WHERE cluster = %(c)s AND role = 'stopped'
+          AND heartbeat_at > clock_timestamp() - make_interval(secs => %(w)s)
+        ORDER BY kind, instance_id
+        """,
+        {"c": cluster, "w": within_seconds},
+    )
+    names = [d.name for d in cur.description or ()]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
 def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -> dict | None:
     """The cluster's leadership row with the heartbeat's age in seconds, or None."""
     cur = driver(conn).execute(

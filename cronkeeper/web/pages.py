@@ -305,11 +305,12 @@ def instances(engine: Any, cluster: str, status_doc: dict) -> dict:
         dba.session_utc(conn)
         every = dbd.instances_all(conn, cluster)
         conn.rollback()
-    live = [i for i in every if i["heartbeat_age"] <= LIVE_WITHIN]
+    live = [i for i in every if i["heartbeat_age"] <= LIVE_WITHIN and i["role"] != "stopped"]
     digests = {i["schedules_digest"] for i in live if i["kind"] == "scheduler"}
     tzdata = {i["tzdata_version"] for i in live}
     for i in every:
-        i["stale"] = i["heartbeat_age"] > LIVE_WITHIN
+        i["stopped"] = i["role"] == "stopped"  # stopped gracefully: its heartbeat is its last
+        i["stale"] = not i["stopped"] and i["heartbeat_age"] > LIVE_WITHIN
         i["heartbeat_age"] = round(i["heartbeat_age"], 1)
         i["heartbeat_at"] = utc(i["heartbeat_at"])
         i["started_at"] = utc(i["started_at"])

@@ -6,7 +6,11 @@
   refuses root), or as ``pgserver`` (created like the ``pgserver`` package does) when there is
   no ``postgres`` user. Binaries: ``$CRONKEEPER_PG_BINDIR``, ``pg_config --bindir``,
   ``/usr/lib/postgresql/*/bin``, ``initdb`` on PATH, then the ``pgserver`` package's own.
-  ``shared_postgres()`` starts one per test process (stopped at exit).
+  ``shared_postgres()`` starts one per test process (stopped at exit). With ``netns=NAME`` the
+  server runs inside that network namespace (``ip netns exec``), listening on
+  ``listen_addresses`` there; the test itself then reaches it through its Unix socket, which
+  the filesystem shares across namespaces, and ``tcp_url(address)`` is what a process in
+  a namespace connects to.
 - ``Daemon``: one ``cronkeeper run`` process with JSON logs in a file, and ways to signal it and
   wait for its log lines.
 - Queries the tests assert on: the leader row, the database clock, and the audit of the
@@ -117,7 +121,8 @@ def _server_user() -> str | None:
 
 class PrivatePostgres:
     def __init__(self, *, fsync: bool = False, max_connections: int = 200,
-                 settings: dict[str, str] | None = None) -> None:
+                 settings: dict[str, str] | None = None, netns: str | None = None,
+                 listen_addresses: str = "127.0.0.1") -> None:
         self.bindir = find_bindir()
         self.user = _server_user()
         self.root = Path(tempfile.mkdtemp(prefix="cronkeeper-pg-"))
@@ -127,6 +132,8 @@ class PrivatePostgres:
         self.fsync = fsync
         self.max_connections = max_connections
         self.settings = dict(settings or {})
+        self.netns = netns
+        self.listen_addresses = listen_addresses
         self.database = "cronkeeper"
         self.running = False
         if self.user is not None:
@@ -143,12 +150,25 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
+        """What this process connects to: loopback, or the Unix socket when the server runs in
+        a network namespace of its own."""
+        if self.netns is not None:
+            return self._socket_url(self.database)
         return f"postgresql://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def tcp_url(self, address: str) -> str:
+        """The URL over TCP to one of ``listen_addresses`` (from a process that can route there)."""
+        return f"postgresql://postgres@{address}:{self.port}/{self.database}"
+
+    def _socket_url(self, database: str) -> str:
+        return f"postgresql://postgres@/{database}?host={self.root}&port={self.port}"
 
     def _run(self, tool: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         argv = [str(self.bindir / tool), *args]
         if self.user is not None:
             argv = ["runuser", "-u", self.user, "--", *argv]
+        if self.netns is not None:
+            argv = ["ip", "netns", "exec", self.netns, *argv]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=self.root)
         if result.returncode != 0:
             log = self.logfile.read_text() if self.logfile.exists() else ""
@@ -159,7 +179,7 @@ class PrivatePostgres:
 
     def _server_options(self) -> str:
         return " ".join([
-            f"-p {self.port}", f"-k {self.root}", "-c listen_addresses=127.0.0.1",
+            f"-p {self.port}", f"-k {self.root}", f"-c listen_addresses={self.listen_addresses}",
             f"-c max_connections={self.max_connections}", f"-c fsync={'on' if self.fsync else 'off'}",
             "-c synchronous_commit=on", *(f"-c {k}={v}" for k, v in self.settings.items()),
         ])
@@ -168,6 +188,9 @@ class PrivatePostgres:
         if not (self.data / "PG_VERSION").exists():
             self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres",
                       "-E", "UTF8", "--no-sync", "--locale=C")
+            if self.listen_addresses != "127.0.0.1":  # initdb trusts loopback only
+                with open(self.data / "pg_hba.conf", "a") as hba:
+                    hba.write("host all all samenet trust\n")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60",
                   "-o", self._server_options(), "start")
         self.running = True
@@ -180,6 +203,8 @@ class PrivatePostgres:
 
     @property
     def admin_url(self) -> str:
+        if self.netns is not None:
+            return self._socket_url("postgres")
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def restart(self) -> None:

@@ -25,10 +25,19 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, 
 
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-# Client-side TCP keepalives: a dead peer is noticed in about idle + interval * count seconds.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3}
-# Server-side keepalives for the lock session, so PostgreSQL drops a vanished leader's lock.
-SERVER_KEEPALIVES = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+# A peer that goes silent (a partition: no FIN, no RST) is given up after about 11 s, whatever
+# the connection was doing. Idle, TCP keepalives notice it (idle 5 s + 2 s x 3 probes). With
+# data sent and not yet acknowledged (a query just sent, a reply the peer had not acked, as
+# after every commit for a delayed ACK's 40 ms), the kernel sends no keepalives at all and
+# would retransmit for about 15 minutes (tcp_retries2): the TCP user timeout bounds that case
+# by the same 11 s. Measured in tests/test_daemon_netns_partition.py.
+DEAD_PEER_SECONDS = 11
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2, "keepalives_count": 3,
+              "tcp_user_timeout": DEAD_PEER_SECONDS * 1000}
+# The same on the server's side of the lock session, so PostgreSQL drops a vanished leader's
+# backend, and with it the lock.
+SERVER_KEEPALIVES = ("-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+                     f" -c tcp_user_timeout={DEAD_PEER_SECONDS * 1000}")
 
 
 def driver(conn: sa.Connection | psycopg.Connection) -> psycopg.Connection:

@@ -78,6 +78,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     pending_before = list(pending)
     now = clock.monotonic()
     ok: list[Running] = []
+    ok_ages: list[float] = []  # seconds since each attempt ended (kept while the database was away)
     failed_helds: list[Running] = []
     failures: list[db.Failure] = []
     for held, ending in pending:
@@ -85,6 +86,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
         age = max(0.0, now - held.ended) if held.ended else 0.0
         if ending.kind is Kind.SUCCEEDED:
             ok.append(held)
+            ok_ages.append(age)
             continue
         failed_helds.append(held)
         if held.released:
@@ -99,8 +101,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
         with worker.db.statement("recording job endings") as conn:
             done = db.outbox_complete(
                 conn, worker_id=cfg.worker_id, ids=[h.job.id for h in ok],
-                attempts=[h.job.attempt for h in ok],
-                ages=[max(0.0, now - h.ended) if h.ended else 0.0 for h in ok])
+                attempts=[h.job.attempt for h in ok], ages=ok_ages)
         worker.stats["succeeded"] += len(done)
         lost += len(ok) - len(done)
         # Committed: a retry after a failure below must not present these again.

@@ -13,8 +13,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sqlalchemy import exc as sa_exc
-
 from cronkeeper import clock
 from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
 from cronkeeper.db.outbox import OutboxJob
@@ -25,9 +23,7 @@ from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
-# sa_exc.TimeoutError: no pooled connection came free in time (every one taken while the
-# database restarts, say): a database problem like the others, retried, never a dead thread.
-DB_ERRORS = (*DRIVER_ERRORS, DatabaseError, sa_exc.TimeoutError)
+DB_ERRORS = (*DRIVER_ERRORS, DatabaseError)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
-DB_ERRORS = (*DRIVER_ERRORS, DatabaseError)
+DB_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, DatabaseError)
 
 
 @dataclass
@@ -255,7 +255,11 @@ class Host(Protocol):
     recorder_done: threading.Event
     drain_deadline: float | None
     running: dict[int, Running]
-    pool: HandlerProcesses
+
+    @property
+    def pool(self) -> HandlerProcesses:
+        """Read-only here, so that the loop's ``ProcessPool`` satisfies it (a settable protocol
+        attribute would have to be declared as exactly ``HandlerProcesses``)."""
 
     def forget(self, held: Running) -> None:
         """The job is no longer held: it was handed back, or its ending recorded otherwise."""

@@ -215,9 +215,15 @@ class PrivatePostgres:
     def crash_restart(self) -> None:
         """``pg_ctl stop -m immediate`` (every backend quits at once, no checkpoint: a crash, as
         far as the data directory knows), then start again through crash recovery."""
-        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+        self.crash()
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.logfile), "-w", "-t", "60",
                   "-o", self._server_options(), "start")
+        self.running = True
+
+    def crash(self) -> None:
+        """``pg_ctl stop -m immediate``, and stay down until ``start()`` (crash recovery)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
+        self.running = False
 
     def stop(self) -> None:
         if self.running:
@@ -281,6 +287,22 @@ def write_schedules(directory: Path, files: dict[str, str]) -> Path:
         tmp.replace(directory / name)  # atomic: a reload never reads half a file
     os.chmod(directory, 0o755)
     return directory
+
+
+def record_versions(pg: PrivatePostgres, schema: str, directory: Path, ago: timedelta) -> None:
+    """Record the files' versions as a leader would have, ``ago`` in the past (an outage): a
+    leader started now has every period of that time to decide (catch_up)."""
+    from cronkeeper import clock  # noqa: PLC0415
+    from cronkeeper.schedule import load_valid  # noqa: PLC0415
+
+    specs = load_valid([str(directory)], now=clock.wall()).specs
+    with set_path(pg.connect(), schema) as conn:
+        for spec in specs:
+            conn.execute(
+                "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) "
+                "VALUES (%s, %s, %s::jsonb, clock_timestamp() - %s, 1)",
+                (spec.name, spec.digest, json.dumps(spec.to_json()), ago),
+            )
 
 
 # -- daemon processes --------------------------------------------------------------------------------------

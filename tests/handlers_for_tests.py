@@ -27,6 +27,15 @@ def count(payload, ctx):
             )
 
 
+@task("append_effect")
+def append_effect(payload, ctx):
+    """An effect outside the database, which no rollback can take back: one line per run
+    (``key<TAB>attempt``) appended to ``$EFFECTS_LOG`` after the payload's ``sleep``."""
+    time.sleep(float(payload.get("sleep", 0)))
+    with open(os.environ["EFFECTS_LOG"], "a") as f:
+        f.write(f"{ctx.key}\t{ctx.attempt}\n")
+
+
 @task("log_runs")
 def log_runs(payload, ctx):
     """Records every run (no idempotency guard), to count deliveries."""
@@ -67,6 +76,22 @@ def loses_its_connection(payload, ctx):
 
 class FlakyError(Exception):
     pass
+
+
+@task("rollback_hook_fails")
+def rollback_hook_fails(payload, ctx):
+    """On its first attempt, works in the job's transaction, hooks a listener that raises into
+    its rollback (an application's own audit hook, say) and fails: the worker's rollback of the
+    job's transaction then raises an error that is not the driver's, while ending the job."""
+    ctx.connection.exec_driver_sql("SELECT 1")
+    if ctx.attempt == 1:
+        import sqlalchemy as sa
+
+        def refuse(conn):  # noqa: ANN001, ARG001
+            raise RuntimeError("the audit hook refused the rollback")
+
+        sa.event.listen(ctx.connection, "rollback", refuse)
+        raise FlakyError("downstream returned 503")
 
 
 @task("always_fails")

@@ -4,22 +4,19 @@ and SIGTERM in the middle of a catch-up. Real daemons on the private PostgreSQL.
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import timedelta
 
 import pytest
 from daemon_harness import (
     Daemon,
+    record_versions,
     schedule_toml,
     set_path,
     shared_postgres,
     wait_for,
     write_schedules,
 )
-
-from cronkeeper import clock
-from cronkeeper.schedule import load_valid
 
 
 @pytest.fixture
@@ -30,18 +27,6 @@ def pg():
 def _daemon(pg, schema, directory, tmp_path, **kw) -> Daemon:
     return Daemon(url=pg.url, schema=schema, cluster=f"c-{uuid.uuid4().hex[:8]}", schedules=directory,
                   instance_id=f"i-{uuid.uuid4().hex[:6]}", log_dir=tmp_path, **kw)
-
-
-def _record_versions(pg, schema, directory, ago: timedelta) -> None:
-    """Record the files' versions as a leader would have, ``ago`` in the past (an outage)."""
-    specs = load_valid([str(directory)], now=clock.wall()).specs
-    with set_path(pg.connect(), schema) as conn:
-        for spec in specs:
-            conn.execute(
-                "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) "
-                "VALUES (%s, %s, %s::jsonb, clock_timestamp() - %s, 1)",
-                (spec.name, spec.digest, json.dumps(spec.to_json()), ago),
-            )
 
 
 def _count(pg, schema, sql, *args):
@@ -70,7 +55,7 @@ def test_a_backlog_is_worked_off_in_one_term_despite_a_short_stall_timeout(pg, t
     schema = pg.new_schema()
     files = {f"s{i}.toml": schedule_toml(f"s{i}", every="1s", catch_up_limit="24h") for i in range(8)}
     directory = write_schedules(tmp_path / "s", files)
-    _record_versions(pg, schema, directory, timedelta(hours=2))  # 8 x 7,200 periods due at start
+    record_versions(pg, schema, directory, timedelta(hours=2))  # 8 x 7,200 periods due at start
     daemon = _daemon(pg, schema, directory, tmp_path, stall_timeout=2, leader_timeout=30).start()
     try:
         wait_for(lambda: _count(pg, schema, "SELECT count(*) FROM periods") >= 8 * 7200, 120,
@@ -87,7 +72,7 @@ def test_a_backlog_is_worked_off_in_one_term_despite_a_short_stall_timeout(pg, t
 def test_a_backfilled_later_window_does_not_hide_the_periods_before_it(pg, tmp_path):
     schema = pg.new_schema()
     directory = write_schedules(tmp_path / "s", {"a.toml": schedule_toml("ten", every="10s", catch_up_limit="24h")})
-    _record_versions(pg, schema, directory, timedelta(minutes=2))
+    record_versions(pg, schema, directory, timedelta(minutes=2))
     with set_path(pg.connect(), schema) as conn:  # an operator backfilled the last 20 s (term 0)
         vid = conn.execute("SELECT id FROM schedule_versions").fetchone()[0]
         conn.execute(
@@ -112,7 +97,7 @@ def test_sigterm_during_a_long_catch_up_stops_promptly(pg, tmp_path):
     schema = pg.new_schema()
     files = {f"s{i}.toml": schedule_toml(f"s{i}", every="1s", catch_up_limit="24h") for i in range(20)}
     directory = write_schedules(tmp_path / "s", files)
-    _record_versions(pg, schema, directory, timedelta(hours=12))  # 864,000 periods: minutes of work
+    record_versions(pg, schema, directory, timedelta(hours=12))  # 864,000 periods: minutes of work
     daemon = _daemon(pg, schema, directory, tmp_path, leader_timeout=30, stall_timeout=30).start()
     try:
         wait_for(lambda: _count(pg, schema, "SELECT count(*) FROM periods") > 0, 60, "catch-up started")

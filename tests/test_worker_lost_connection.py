@@ -2,7 +2,11 @@
 (found by the soak: a PostgreSQL restart at that moment). Rolling back then fails too; that
 second error escaped the worker's job thread, which died with the job still in the worker's
 hands, so its lease was extended by every heartbeat and the job stayed `running` for as long
-as the worker lived. The attempt must end as a retryable failure and the job run again."""
+as the worker lived. The attempt must end as a retryable failure and the job run again.
+
+The same for any error raised while a job is being ended (issue 19, "a latent bug"): the
+worker's last guard (``Worker._execute``) called a method that did not exist, so its own
+AttributeError killed the thread with the job held, as above."""
 
 from __future__ import annotations
 
@@ -44,3 +48,28 @@ def test_a_connection_lost_at_commit_fails_the_attempt_and_the_job_runs_again(en
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
+
+
+def test_an_error_while_ending_a_job_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
+    with engine.begin() as conn:
+        job = cronkeeper.enqueue(conn, "rollback_hook_fails", {}, key="hook-refuses-rollback",
+                                 schema=schema, timeout=30.0,
+                                 backoff={"base": 0.1, "factor": 2, "max": 0.5})
+    proc = worker("--lease-margin", "30")
+
+    def state():
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT state, attempts FROM outbox WHERE id = %(i)s",
+                                        {"i": job}).one()
+    wait_until(lambda: state() == ("succeeded", 2), 30,
+               message="the job to fail its first attempt and succeed on its second")
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT attempt, outcome, error FROM attempts"
+                                    " WHERE job_id = %(i)s ORDER BY attempt", {"i": job}).all()
+    assert [(a, o) for a, o, _ in rows] == [(1, "retry"), (2, "succeeded")]
+    assert "internal error ending the job" in rows[0][2]
+    assert "the audit hook refused the rollback" in rows[0][2]
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
+    assert "recording the end of job=" in err  # said once, as an error, with the job

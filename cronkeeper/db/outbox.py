@@ -232,14 +232,16 @@ def outbox_claim_serial(
 _COMPLETE = """
 WITH done AS (
     UPDATE outbox o
-    SET state = 'succeeded', finished_at = now(), leased_by = NULL, lease_expires_at = NULL,
-        last_error = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS d(id, attempt)
+    SET state = 'succeeded', finished_at = now() - make_interval(secs => coalesce(d.age, 0)),
+        leased_by = NULL, lease_expires_at = NULL, last_error = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(ages)s::float8[]) AS d(id, attempt, age)
     WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts
+    RETURNING o.id, o.attempts, d.age
 ), recorded AS (
-    UPDATE attempts a SET finished_at = clock_timestamp(), outcome = 'succeeded'
+    UPDATE attempts a
+    SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
+        outcome = 'succeeded'
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
 )
 SELECT id FROM done
@@ -247,10 +249,16 @@ SELECT id FROM done
 
 
 def outbox_complete(
-    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int]
+    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
+    ages: list[float] | None = None,
 ) -> list[int]:
-    """Mark jobs succeeded (fenced); returns the ids that were still this worker's."""
-    params = {"ids": int_array(ids), "attempts": int_array(attempts), "worker": worker_id}
+    """Mark jobs succeeded (fenced); returns the ids that were still this worker's.
+
+    ``ages``: for each job, how many seconds ago its attempt ended (an ending kept in memory
+    while the database was away is recorded with the instant it happened, not the instant the
+    database came back); None when they end now (a handler's transaction commits its own)."""
+    params = {"ids": int_array(ids), "attempts": int_array(attempts),
+              "ages": None if ages is None else float_array(ages), "worker": worker_id}
     return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
 
 
@@ -260,23 +268,31 @@ def int_array(values: list[int]) -> str:
     return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
+def float_array(values: list[float]) -> str:
+    """A PostgreSQL array literal of float8, for the same reason as ``int_array``."""
+    return "{" + ",".join(map(repr, map(float, values))) + "}"
+
+
 _FAIL = """
 WITH f AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
-                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[])
-             AS f(id, attempt, state, delay, error, outcome)
+                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
+                         %(ages)s::float8[])
+             AS f(id, attempt, state, delay, error, outcome, age)
 ), done AS (
     UPDATE outbox o
     SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.error,
         run_after = CASE WHEN f.state = 'available'
                          THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
-        finished_at = CASE WHEN f.state = 'dead' THEN now() END
+        finished_at = CASE WHEN f.state = 'dead' THEN now() - make_interval(secs => f.age) END
     FROM f
     WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
     RETURNING o.id, o.attempts, o.state
 ), recorded AS (
-    UPDATE attempts a SET finished_at = clock_timestamp(), outcome = f.outcome, error = f.error
+    UPDATE attempts a
+    SET finished_at = clock_timestamp() - make_interval(secs => f.age), outcome = f.outcome,
+        error = f.error
     FROM done JOIN f ON f.id = done.id
     WHERE a.job_id = done.id AND a.attempt = done.attempts
 ), woke AS (""" + wake("done WHERE state = 'available'") + """)
@@ -294,6 +310,7 @@ class Failure:
     delay: float
     error: str
     outcome: str  # attempts.outcome: retry | dead | timeout | released
+    age: float = 0.0  # seconds since the attempt ended (recorded late: the database was away)
 
 
 def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure]) -> list[int]:
@@ -305,6 +322,7 @@ def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure])
         "delays": [f.delay for f in failures],
         "errors": [f.error for f in failures],
         "outcomes": [f.outcome for f in failures],
+        "ages": [f.age for f in failures],
         "worker": worker_id,
     }
     return [r[0] for r in driver(conn).execute(_FAIL, params).fetchall()]
@@ -359,6 +377,7 @@ _REAP = """
 WITH expired AS (
     SELECT id, leased_by FROM outbox
     WHERE state = 'running' AND lease_expires_at < now()
+      AND pg_postmaster_start_time() < now() - make_interval(secs => %(grace)s)
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -379,10 +398,19 @@ SELECT count(*) FROM back, woke
 """
 
 
-def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000) -> int:
+RESTART_GRACE = 30.0  # seconds: the default lease margin
+
+
+def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000,
+                        restart_grace: float = RESTART_GRACE) -> int:
     """Jobs whose lease expired become claimable again (or dead at the attempt cap); the lost
-    attempt is recorded as ``lease_expired``. Returns how many."""
-    return one_row(driver(conn).execute(_REAP, {"limit": limit}))[0]
+    attempt is recorded as ``lease_expired``. Returns how many.
+
+    Nothing is reaped until PostgreSQL has been up for ``restart_grace`` seconds (the reaper's
+    lease margin): a lease that ran out while the server was down or restarting could not be
+    renewed, and its holder, alive, renews it (and records the endings it kept) within that
+    margin of the server answering. The restart counts as one last heartbeat."""
+    return one_row(driver(conn).execute(_REAP, {"limit": limit, "grace": restart_grace}))[0]
 
 
 _VERSION = """

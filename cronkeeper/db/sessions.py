@@ -67,7 +67,7 @@ async def outbox_complete_async(
     conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int]
 ) -> list[int]:
     """``outbox_complete`` (fenced) on an async connection."""
-    params = {"ids": ids, "attempts": attempts, "worker": worker_id}
+    params = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
     with translate_errors("completing the job"):
         cur = await conn.execute(_COMPLETE, params, binary=True)
         return [r[0] for r in await cur.fetchall()]

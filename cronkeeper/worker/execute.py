@@ -61,8 +61,7 @@ def run_async(worker: Host, held: Running, func: Handler, payload: object) -> En
     if result.done is Done.FAILED:
         assert result.ending is not None
         if result.settled:
-            worker.forget(held)
-            worker.endings.put((held, result.ending))
+            worker.queue_ending(held, result.ending)
             return None
         return result.ending
     if result.done is Done.SUCCEEDED:

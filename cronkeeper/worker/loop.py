@@ -5,7 +5,9 @@ Threads:
   and serial schedules apart), hands jobs to the pool; on SIGTERM it stops claiming and drains;
 - pool threads run one job each (a handler, or a command child process they wait on);
 - the recorder batches endings: successes in one fenced UPDATE over unnest arrays, failures in
-  another; kept and retried while the database is away;
+  another; kept in memory while the database is away and written, with the instant each
+  attempt ended, as soon as it answers again (a job stays held, its lease heartbeated, until
+  its ending is recorded: ``queue_ending`` and ``recorded``);
 - the supervisor extends the leases of held jobs (heartbeat), times out task handlers, and
   heartbeats the worker's row in ``instances``;
 - the listener (``wakeups.py``) LISTENs for the schema's wake-ups and pokes the claim loop.
@@ -44,6 +46,9 @@ class Worker:
         self.db = Database(engine)
         self.engine = engine
         self.running: dict[int, Running] = {}
+        # Jobs whose ending is queued or kept by the recorder, not yet in the database: their
+        # threads are free, their leases still heartbeated (by (id, attempt)).
+        self.recording: dict[tuple[int, int], Running] = {}
         self._lock = threading.Lock()
         self.endings: queue.SimpleQueue[tuple[Running, object]] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -53,7 +58,7 @@ class Worker:
         self._next_due: float | None = None  # seconds to the earliest job not due yet
         self.ahead = Ahead(config.concurrency, config.batch_size)
         self._capacity = config.concurrency  # threads + jobs claimed ahead (set by each claim)
-        self._wake_below = -1  # forget() wakes the claim loop when fewer jobs are held
+        self._wake_below = -1  # _let_go() wakes the claim loop when fewer jobs are held
         self.wakeups = Wakeups(engine, config.schema, config.poll_interval, self.notify,
                                self._stopping)
         self.recorder_done = threading.Event()
@@ -105,7 +110,7 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 if clock.monotonic() >= next_reap:
-                    self.db.reap_expired(log)
+                    self.db.reap_expired(log, restart_grace=cfg.lease_margin)
                     next_reap = clock.monotonic() + cfg.reap_interval
                 full = self._claim_round()
                 backoff.reset()
@@ -261,10 +266,11 @@ class Worker:
         try:
             self._finish(held, ending)
         except Exception as exc:  # noqa: BLE001 - never leave a job held (and heartbeated) forever
+            # Ending the job raised before its ending reached the recorder (a rollback hook of
+            # the handler's own, say): the attempt is recorded as failed; the job runs again.
             log.error("recording the end of job=%d key=%s failed: %s; the attempt is recorded "
                       "as failed", held.job.id, held.job.key, exc, extra={"action": "internal_error"})
-            self._forget(held, keep_until_recorded=True)
-            self.endings.put((held, Ending(Kind.RETRYABLE, f"internal error ending the job: {exc}")))
+            self.queue_ending(held, Ending(Kind.RETRYABLE, f"internal error ending the job: {exc}"))
 
     def _finish(self, held: Running, ending: Ending) -> None:
         """Queue a job's ending for the recorder (a handler's transaction commits here)."""
@@ -277,8 +283,7 @@ class Worker:
                 ending = failed
             else:
                 ctx.finish(commit=False)
-        self.forget(held, keep_until_recorded=True)
-        self.endings.put((held, ending))
+        self.queue_ending(held, ending)
 
     def _commit_with_completion(self, held: Running) -> Ending | None:
         """None once accounted for (committed, or refused: lease lost); else the failure."""
@@ -292,10 +297,31 @@ class Worker:
         account_commit(self, held, committed=committed)
         return None
 
-    def forget(self, held: Running, keep_until_recorded: bool = False) -> None:
+    def forget(self, held: Running) -> None:
+        """The job is no longer held: handed back, or its ending recorded by its own commit."""
         with self._lock:
             self.running.pop(held.job.id, None)
             held_now = len(self.running)
+        self._let_go(held_now)
+
+    def queue_ending(self, held: Running, ending: Ending) -> None:
+        """Hand the ending to the recorder; the job's thread is free, its lease kept (the
+        heartbeat extends it) until ``recorded``, so an ending kept while the database is away
+        is not lost to the reaper, and the job not run again, when it answers again."""
+        held.ended = clock.monotonic()
+        with self._lock:
+            self.running.pop(held.job.id, None)
+            self.recording[(held.job.id, held.job.attempt)] = held
+            held_now = len(self.running)
+        self.endings.put((held, ending))
+        self._let_go(held_now)
+
+    def recorded(self, helds: list[Running]) -> None:
+        with self._lock:
+            for held in helds:
+                self.recording.pop((held.job.id, held.job.attempt), None)
+
+    def _let_go(self, held_now: int) -> None:
         if (held_now <= self._wake_below or self._stopping.is_set()) and not self._wake.is_set():
             self._wake.set()  # room for a batch (waking the loop per job costs a thread switch)
 
@@ -319,6 +345,7 @@ class Worker:
         cfg = self.config
         with self._lock:
             held = [r.job for r in self.running.values()]
+            held += [r.job for r in self.recording.values()]
         with self.db.transaction("extending leases") as conn:
             if held:
                 kept = set(db.lease_extend(conn, worker_id=cfg.worker_id, ids=[j.id for j in held],
@@ -351,8 +378,7 @@ class Worker:
             log.error("task timed out: job=%d key=%s attempt=%d timeout=%.1fs: handler "
                       "thread abandoned, attempt recorded as timeout", held.job.id, held.job.key,
                       held.job.attempt, held.job.timeout, extra={"action": "task_timed_out"})
-            self.forget(held)
-            self.endings.put((held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s")))
+            self.queue_ending(held, Ending(Kind.TIMEOUT, f"timed out after {held.job.timeout:g}s"))
         self.abandoned = [t for t in self.abandoned if t.is_alive()]
         if len(self.abandoned) >= self.config.concurrency and not self._stopping.is_set():
             log.error("too many abandoned handlers: count=%d: stopping so the service "
@@ -379,9 +405,8 @@ class Worker:
                 kill_group(held.proc, 0.0)
             log.warning("job released: job=%d key=%s attempt=%d", held.job.id, held.job.key,
                         held.job.attempt, extra={"action": "job_released"})
-            self.forget(held)
-            self.endings.put((held, Ending(Kind.RETRYABLE, "released: worker stopped before "
-                                            "the job finished (drain timeout)")))
+            self.queue_ending(held, Ending(Kind.RETRYABLE, "released: worker stopped before "
+                                           "the job finished (drain timeout)"))
 
 
 def _pid() -> int:

@@ -1,7 +1,12 @@
 """The recorder thread: job endings, batched (it waits up to ``LINGER`` for more while jobs are
-held). Successes are one fenced UPDATE over unnest arrays, failures another, on a connection the thread keeps (autocommit: each statement is
-atomic and fenced on its own). Endings are kept in memory and retried while the database is
-away; a lost lease (the fence refused the ending) is counted and logged."""
+held). Successes are one fenced UPDATE over unnest arrays, failures another, on a connection the
+thread keeps (autocommit: each statement is atomic and fenced on its own).
+
+While the database is away, endings are kept in memory (each with the instant its attempt
+ended, recorded as the attempt's end) and their jobs stay held, their leases heartbeated; the
+recorder tries again every ``RETRY_CAP`` seconds at most, and at once when another thread's
+statement succeeds. A lost lease (the fence refused the ending: another worker took the job)
+is counted and logged."""
 
 from __future__ import annotations
 
@@ -18,11 +23,12 @@ log = logging.getLogger("cronkeeper.worker")
 
 MAX_BATCH = 1000
 LINGER = 0.005  # seconds the recorder waits for more endings while jobs are still held
+RETRY_CAP = 1.0  # most seconds between two tries to write kept endings while the database is away
 
 
 def record_loop(worker: Host) -> None:
     endings = worker.endings
-    backoff = Backoff()
+    backoff = Backoff(cap=RETRY_CAP)
     pending: list[tuple[Running, Ending]] = []
     closing = False
     while True:
@@ -57,7 +63,7 @@ def record_loop(worker: Host) -> None:
                 if closing and deadline is not None and clock.monotonic() > deadline + 10:
                     log.error("endings unrecorded: jobs=%d: leases will expire", len(pending), extra={"action": "endings_unrecorded"})
                     break
-                clock.sleep(backoff.next())
+                worker.db.wait_answer(backoff.next())
                 continue
         if closing and endings.empty():
             break
@@ -70,33 +76,43 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     failures' statement failed does not count them as lost)."""
     cfg = worker.config
     pending_before = list(pending)
-    ok_ids: list[int] = []
-    ok_attempts: list[int] = []
+    now = clock.monotonic()
+    ok: list[Running] = []
+    ok_ages: list[float] = []  # seconds since each attempt ended (kept while the database was away)
+    failed_helds: list[Running] = []
     failures: list[db.Failure] = []
     for held, ending in pending:
         job = held.job
+        age = max(0.0, now - held.ended) if held.ended else 0.0
         if ending.kind is Kind.SUCCEEDED:
-            ok_ids.append(job.id)
-            ok_attempts.append(job.attempt)
+            ok.append(held)
+            ok_ages.append(age)
             continue
+        failed_helds.append(held)
         if held.released:
-            failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error, "released"))
+            failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error,
+                                       "released", age))
             continue
         nxt = next_state(ending, job.attempt, job.max_attempts, job.backoff, worker.rand.random())
-        failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome))
+        failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error,
+                                   nxt.outcome, age))
     lost = 0
-    if ok_ids:
+    if ok:
         with worker.db.statement("recording job endings") as conn:
-            done = db.outbox_complete(conn, worker_id=cfg.worker_id, ids=ok_ids, attempts=ok_attempts)
+            done = db.outbox_complete(
+                conn, worker_id=cfg.worker_id, ids=[h.job.id for h in ok],
+                attempts=[h.job.attempt for h in ok], ages=ok_ages)
         worker.stats["succeeded"] += len(done)
-        lost += len(ok_ids) - len(done)
+        lost += len(ok) - len(done)
         # Committed: a retry after a failure below must not present these again.
         pending[:] = [item for item in pending if item[1].kind is not Kind.SUCCEEDED]
+        worker.recorded(ok)
     if failures:
         with worker.db.statement("recording job endings") as conn:
             failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures)
         worker.stats["failed"] += len(failed)
         lost += len(failures) - len(failed)
+        worker.recorded(failed_helds)
     if lost:
         worker.stats["lost"] += lost
         log.warning("lease lost: jobs=%d: their endings were not recorded (another "

@@ -60,7 +60,8 @@ class WorkerConfig:
 
 @dataclass(eq=False)
 class Running:
-    """A job this worker holds, from claim until its ending is queued for the database."""
+    """A job this worker holds, from claim until its ending is recorded in the database (its
+    thread is free once the ending is queued; ``ended`` says when that was, monotonic)."""
 
     job: OutboxJob
     started: float = 0.0
@@ -71,6 +72,7 @@ class Running:
     done: bool = False
     timed_out: bool = False
     released: bool = False
+    ended: float = 0.0
     timeout_grace: float = 0.0  # the supervisor times it out this long after its deadline
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -93,6 +95,7 @@ class Database:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._down_since: float | None = None
+        self._answered = threading.Event()  # set when a statement succeeds after a failure
         self._lock = threading.Lock()
         self._kept = threading.local()
 
@@ -145,6 +148,7 @@ class Database:
         self.up()
 
     def down(self, action: str, exc: BaseException) -> None:
+        self._answered.clear()
         with self._lock:
             first = self._down_since is None
             if first:
@@ -157,12 +161,19 @@ class Database:
             return
         with self._lock:
             since, self._down_since = self._down_since, None
+        self._answered.set()
         if since is not None:
             log.warning("database reconnected: after=%.1fs", clock.monotonic() - since, extra={"action": "database_reconnected"})
 
     @property
     def is_down(self) -> bool:
         return self._down_since is not None
+
+    def wait_answer(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds, less when a statement of any thread succeeds after
+        the last failure: the recorder retries its kept endings the moment the database is
+        seen to answer again (the supervisor's heartbeat tries every second while it is away)."""
+        self._answered.wait(timeout)
 
     def until_done(self, action: str, stopping: threading.Event,
                    work: Callable[[Connection], None]) -> bool:
@@ -179,13 +190,15 @@ class Database:
                 stopping.wait(backoff.next())
         return False
 
-    def reap_expired(self, logger: logging.Logger) -> None:
+    def reap_expired(self, logger: logging.Logger, restart_grace: float | None = None) -> None:
         """Hand back the jobs whose holder stopped renewing its lease (any worker's or relay's):
-        the step every lease holder takes on its reap interval."""
-        from cronkeeper.db.outbox import outbox_reap_expired
+        the step every lease holder takes on its reap interval. ``restart_grace``: the
+        reaper's lease margin (``outbox_reap_expired``; None: the default margin)."""
+        from cronkeeper.db.outbox import RESTART_GRACE, outbox_reap_expired
 
         with self.statement("reaping expired leases") as conn:
-            n = outbox_reap_expired(conn)
+            n = outbox_reap_expired(conn, restart_grace=RESTART_GRACE if restart_grace is None
+                                    else restart_grace)
         if n:
             logger.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
 
@@ -242,10 +255,21 @@ class Host(Protocol):
     recorder_done: threading.Event
     drain_deadline: float | None
     running: dict[int, Running]
-    pool: HandlerProcesses
+
+    @property
+    def pool(self) -> HandlerProcesses:
+        """Read-only here, so that the loop's ``ProcessPool`` satisfies it (a settable protocol
+        attribute would have to be declared as exactly ``HandlerProcesses``)."""
 
     def forget(self, held: Running) -> None:
-        """The job is no longer held (its ending is queued, or it was handed back)."""
+        """The job is no longer held: it was handed back, or its ending recorded otherwise."""
+
+    def queue_ending(self, held: Running, ending: Ending) -> None:
+        """The job's thread is done with it: its ending goes to the recorder, and its lease is
+        kept (heartbeated) until ``recorded`` says the ending is in the database."""
+
+    def recorded(self, helds: list[Running]) -> None:
+        """These endings are in the database (or the fence refused them): let the jobs go."""
 
 
 class Backoff:

@@ -57,3 +57,13 @@ def test_the_policy_caps_attempts_and_backs_off_with_full_jitter():
     assert (timeout.state, timeout.outcome) == (JobState.DEAD, AttemptOutcome.TIMEOUT)
     permanent = next_state(Ending(Kind.PERMANENT, "bad"), 1, 5, {}, 0.5)
     assert (permanent.state, permanent.outcome) == (JobState.DEAD, AttemptOutcome.DEAD)
+
+
+def test_the_serial_claims_lock_key_is_the_one_docs_outbox_md_derives():
+    import hashlib  # noqa: PLC0415
+
+    from cronkeeper.db.engine import serial_lock_key  # noqa: PLC0415
+
+    digest = hashlib.sha256(b"cronkeeper-serial:cronkeeper:nightly-invoices").digest()
+    assert serial_lock_key("cronkeeper", "nightly-invoices") == int.from_bytes(
+        digest[:8], "big", signed=True)

@@ -184,6 +184,12 @@ def leader_lock_key(schema: str, cluster: str) -> int:
     return advisory_key(f"cronkeeper:{schema}:{cluster}")
 
 
+def serial_lock_key(schema: str, schedule: str) -> int:
+    """The transaction lock a serial schedule's claim takes first (docs/outbox.md, "Claim"):
+    workers and relays, and any consumer in another language, take the same one."""
+    return advisory_key(f"cronkeeper-serial:{schema}:{schedule}")
+
+
 def migration_lock_key(schema: str) -> int:
     # A different prefix, so no (schema, cluster) pair can ever produce this key.
     return advisory_key(f"cronkeeper-migrate:{schema}")

@@ -36,10 +36,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
 from cronkeeper import __version__, clock, metrics
+from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
-from cronkeeper.db.engine import Engine, advisory_key
+from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.endings import Ending, Kind, next_state
 from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
@@ -55,7 +56,6 @@ from cronkeeper.relay.targets.base import (
     TargetUnavailable,
 )
 from cronkeeper.timing import tzdata_version
-from cronkeeper.worker.runtime import Backoff, Database
 
 log = logging.getLogger("cronkeeper.relay")
 
@@ -73,14 +73,14 @@ class Relay:
         self.relay_id = relay_id
         self.schema = schema
         self.cluster = cluster
-        self.db = Database(engine)
+        self.db = ClaimingDatabase(engine)
         self.routes = db.Routes(
             tasks=tuple(r.task_regex for r in config.routes),
             schedules=tuple(r.schedule_regex for r in config.routes),
         )
         self._stopping = threading.Event()
         self._rest_until: dict[str, float] = {}
-        self._rest = {name: Backoff() for name in targets}
+        self._rest = {name: ReconnectBackoff() for name in targets}
         self.rand = random.Random()
         self.published = 0
         self.stats = {"claimed": 0, "published": 0, "failed": 0, "deferred": 0, "finished": 0,
@@ -105,7 +105,7 @@ class Relay:
                  ",".join(self.targets), extra={"action": "relay_started"})
         recorder = threading.Thread(target=self.recorder.run, name="relay-recorder", daemon=True)
         recorder.start()
-        backoff = Backoff()
+        backoff = ReconnectBackoff()
         next_reap = next_status = next_serial = 0.0
         while not self._stopping.is_set():
             try:
@@ -233,7 +233,7 @@ class Relay:
                                                 exclude_tasks=["command"], routes=self.routes)
         claimed = 0
         for name in names:
-            key = advisory_key(f"cronkeeper-serial:{self.schema}:{name}")
+            key = serial_lock_key(self.schema, name)
             with self.db.transaction("claiming a serial job") as conn:
                 job = db.outbox_claim_serial(conn, schedule=name, lock_key=key,
                                              worker_id=self.relay_id, lease_margin=0.0,

@@ -12,10 +12,10 @@ import threading
 from dataclasses import dataclass, field
 
 from cronkeeper import clock, metrics
+from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
 from cronkeeper.errors import DatabaseError
-from cronkeeper.worker.runtime import Backoff, Database
 
 log = logging.getLogger("cronkeeper.relay")
 
@@ -33,7 +33,7 @@ class Outcome:
 
 
 class Recorder:
-    def __init__(self, database: Database, *, relay_id: str, lease: float,
+    def __init__(self, database: ClaimingDatabase, *, relay_id: str, lease: float,
                  stopping: threading.Event, stats: dict[str, int]) -> None:
         self.db = database
         self.relay_id = relay_id
@@ -64,7 +64,7 @@ class Recorder:
 
     def _record(self, out: Outcome) -> None:
         deadline = clock.monotonic() + self.lease / 2
-        backoff = Backoff(first=0.2, cap=5.0)
+        backoff = ReconnectBackoff(first=0.2, cap=5.0)
         while True:
             try:
                 self._write(out)

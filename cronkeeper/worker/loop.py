@@ -25,16 +25,17 @@ import socket
 import threading
 
 from cronkeeper import clock, metrics
+from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
-from cronkeeper.db.engine import Engine, advisory_key
+from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import account_commit, execute
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
-from cronkeeper.worker.runtime import Ahead, Backoff, Database, Running, WorkerConfig
+from cronkeeper.worker.runtime import Ahead, Running, WorkerConfig
 from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.worker")
@@ -43,7 +44,7 @@ log = logging.getLogger("cronkeeper.worker")
 class Worker:
     def __init__(self, engine: Engine, config: WorkerConfig) -> None:
         self.config = config
-        self.db = Database(engine)
+        self.db = ClaimingDatabase(engine)
         self.engine = engine
         self.running: dict[int, Running] = {}
         # Jobs whose ending is queued or kept by the recorder, not yet in the database: their
@@ -105,7 +106,7 @@ class Worker:
         self.wakeups.start()
         log.info("worker started: worker=%s concurrency=%d isolation=%s", cfg.worker_id,
                  cfg.concurrency, cfg.isolation, extra={"action": "worker_started"})
-        backoff = Backoff()
+        backoff = ReconnectBackoff()
         next_reap = 0.0
         while not self._stopping.is_set():
             try:
@@ -230,7 +231,7 @@ class Worker:
         for name in names:
             if self._free() <= 0:
                 return
-            key = advisory_key(f"cronkeeper-serial:{cfg.schema}:{name}")
+            key = serial_lock_key(cfg.schema, name)
             with self.db.transaction("claiming a serial job") as conn:
                 job = db.outbox_claim_serial(
                     conn, schedule=name, lock_key=key, worker_id=cfg.worker_id,

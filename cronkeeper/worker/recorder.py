@@ -14,10 +14,11 @@ import logging
 import queue
 
 from cronkeeper import clock, metrics
+from cronkeeper.claiming import ReconnectBackoff
 from cronkeeper.db import outbox as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind, next_state
-from cronkeeper.worker.runtime import Backoff, Host, Running
+from cronkeeper.worker.runtime import Host, Running
 
 log = logging.getLogger("cronkeeper.worker")
 
@@ -28,7 +29,7 @@ RETRY_CAP = 1.0  # most seconds between two tries to write kept endings while th
 
 def record_loop(worker: Host) -> None:
     endings = worker.endings
-    backoff = Backoff(cap=RETRY_CAP)
+    backoff = ReconnectBackoff(cap=RETRY_CAP)
     pending: list[tuple[Running, Ending]] = []
     closing = False
     while True:

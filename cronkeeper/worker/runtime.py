@@ -3,27 +3,24 @@ the database going away (reconnect with backoff, log it, resume)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import queue
 import random
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cronkeeper import clock
-from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
+from cronkeeper.claiming import ClaimingDatabase
+from cronkeeper.db.engine import Engine
 from cronkeeper.db.outbox import OutboxJob
-from cronkeeper.errors import DatabaseError
 from cronkeeper.schedule.model import ScheduleSpec
 from cronkeeper.worker.classify import Ending
 from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
-DB_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, DatabaseError)
 
 
 @dataclass
@@ -88,121 +85,6 @@ class Running:
             return True
 
 
-class Database:
-    """Transactions on the worker's engine; driver errors become DatabaseError, and the
-    connection that saw one is invalidated so the pool reconnects."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._down_since: float | None = None
-        self._answered = threading.Event()  # set when a statement succeeds after a failure
-        self._lock = threading.Lock()
-        self._kept = threading.local()
-
-    @contextlib.contextmanager
-    def statement(self, action: str) -> Iterator[Connection]:
-        """An autocommit connection kept by the calling thread, for work that is one statement
-        (or several that need not commit together): no checkout, ping, BEGIN or COMMIT round
-        trip per call. The claim loop and the recorder use it; on any error the connection is
-        dropped (invalidated when it broke) and the next call opens another."""
-        conn: Connection | None = getattr(self._kept, "conn", None)
-        try:
-            if conn is None:
-                conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                self._kept.conn = conn
-            yield conn
-        except BaseException as exc:
-            self._kept.conn = None
-            if conn is not None:
-                with contextlib.suppress(Exception):
-                    if isinstance(exc, CONNECTION_ERRORS):
-                        conn.invalidate()
-                    conn.close()
-            if isinstance(exc, DB_ERRORS):
-                self.down(action, exc)
-                raise DatabaseError(f"{action}: {describe(exc)}") from exc
-            raise
-        self.up()
-
-    def close_kept(self) -> None:
-        """Return the calling thread's kept connection to the pool."""
-        conn = getattr(self._kept, "conn", None)
-        self._kept.conn = None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-    @contextlib.contextmanager
-    def transaction(self, action: str) -> Iterator[Connection]:
-        try:
-            with self.engine.connect() as conn:
-                try:
-                    with conn.begin():
-                        yield conn
-                except CONNECTION_ERRORS:
-                    conn.invalidate()
-                    raise
-        except DB_ERRORS as exc:
-            self.down(action, exc)
-            raise DatabaseError(f"{action}: {describe(exc)}") from exc
-        self.up()
-
-    def down(self, action: str, exc: BaseException) -> None:
-        self._answered.clear()
-        with self._lock:
-            first = self._down_since is None
-            if first:
-                self._down_since = clock.monotonic()
-        if first:
-            log.warning("database unavailable: while=%s error=%s", action, describe(exc), extra={"action": "database_unavailable"})
-
-    def up(self) -> None:
-        if self._down_since is None:
-            return
-        with self._lock:
-            since, self._down_since = self._down_since, None
-        self._answered.set()
-        if since is not None:
-            log.warning("database reconnected: after=%.1fs", clock.monotonic() - since, extra={"action": "database_reconnected"})
-
-    @property
-    def is_down(self) -> bool:
-        return self._down_since is not None
-
-    def wait_answer(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds, less when a statement of any thread succeeds after
-        the last failure: the recorder retries its kept endings the moment the database is
-        seen to answer again (the supervisor's heartbeat tries every second while it is away)."""
-        self._answered.wait(timeout)
-
-    def until_done(self, action: str, stopping: threading.Event,
-                   work: Callable[[Connection], None]) -> bool:
-        """Run ``work`` in a transaction, again after a backoff while the database is down,
-        until it commits (True) or ``stopping`` is set (False): how a worker or relay
-        registers itself at start."""
-        backoff = Backoff()
-        while not stopping.is_set():
-            try:
-                with self.transaction(action) as conn:
-                    work(conn)
-                return True
-            except DatabaseError:
-                stopping.wait(backoff.next())
-        return False
-
-    def reap_expired(self, logger: logging.Logger, restart_grace: float | None = None) -> None:
-        """Hand back the jobs whose holder stopped renewing its lease (any worker's or relay's):
-        the step every lease holder takes on its reap interval. ``restart_grace``: the
-        reaper's lease margin (``outbox_reap_expired``; None: the default margin)."""
-        from cronkeeper.db.outbox import RESTART_GRACE, outbox_reap_expired
-
-        with self.statement("reaping expired leases") as conn:
-            n = outbox_reap_expired(conn, restart_grace=RESTART_GRACE if restart_grace is None
-                                    else restart_grace)
-        if n:
-            logger.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
-
-
 class Ahead:
     """How many jobs to claim beyond the free threads, so that a stream of fast handlers costs
     one claim statement per batch rather than one per handful of jobs.
@@ -248,7 +130,7 @@ class Host(Protocol):
 
     config: WorkerConfig
     engine: Engine
-    db: Database
+    db: ClaimingDatabase
     endings: queue.SimpleQueue[tuple[Running, object]]
     stats: dict[str, int]
     rand: random.Random
@@ -270,17 +152,3 @@ class Host(Protocol):
 
     def recorded(self, helds: list[Running]) -> None:
         """These endings are in the database (or the fence refused them): let the jobs go."""
-
-
-class Backoff:
-    """Reconnect delays: 0.5 s doubling to 30 s, reset on success."""
-
-    def __init__(self, first: float = 0.5, cap: float = 30.0) -> None:
-        self.first, self.cap, self.current = first, cap, 0.0
-
-    def next(self) -> float:
-        self.current = self.first if self.current == 0 else min(self.cap, self.current * 2)
-        return self.current
-
-    def reset(self) -> None:
-        self.current = 0.0

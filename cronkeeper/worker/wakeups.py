@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable
 
 from cronkeeper import clock
+from cronkeeper.claiming import ReconnectBackoff
 from cronkeeper.db import wake as db_wake
 from cronkeeper.db.engine import DRIVER_ERRORS, Engine, describe
 from cronkeeper.db.leader import session_is_pinned
-from cronkeeper.worker.runtime import Backoff
 
 log = logging.getLogger("cronkeeper.worker")
 
@@ -46,7 +46,7 @@ class Wakeups:
         self.thread.start()
 
     def _run(self) -> None:
-        backoff = Backoff()
+        backoff = ReconnectBackoff()
         checked = False
         lost_since: float | None = None
         while not self.stopping.is_set():

@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
 from cronkeeper.cli.common import database_options, format_option, safe
-from cronkeeper.errors import CronkeeperError, UsageError
-
-
-def _age(text: str | None) -> float | None:
-    if not text:
-        return None
-    from cronkeeper.timing.durations import parse_duration
-
-    try:
-        return parse_duration(text)
-    except Exception as exc:  # noqa: BLE001 - a usage error, with the parser's message
-        raise UsageError(f"invalid age {text!r}: {exc}") from None
+from cronkeeper.errors import CronkeeperError
+from cronkeeper.operations.dlq import (
+    apply,
+    dumps,
+    iso,
+    list_document,
+    select_dead,
+    show_document,
+    tasks_touched,
+)
 
 
 def filters(func):
@@ -42,80 +39,11 @@ def filters(func):
     return func
 
 
-def select_dead(engine, schedule, task, older_than, newer_than, ids=None) -> list[dict]:
-    """The dead letters a filter selects (ages as durations such as ``2h``), oldest first:
-    what ``dlq list``, ``replay``, ``discard`` and the web's dead-letter pages act on."""
-    from cronkeeper.db.attempts import outbox_dead_list
-    from cronkeeper.db.engine import translate_errors
-
-    older, newer = _age(older_than), _age(newer_than)
-    with translate_errors("reading dead letters"), engine.connect() as conn:
-        now = conn.exec_driver_sql("SELECT now()").scalar()
-        return outbox_dead_list(
-            conn, schedule=schedule, task=task,
-            dead_before=now - timedelta(seconds=older) if older is not None else None,
-            dead_after=now - timedelta(seconds=newer) if newer is not None else None,
-            ids=ids, limit=100_000,
-        )
-
-
 def _select(database_url, schema, schedule, task, older_than, newer_than, ids=None) -> tuple[Any, list[dict]]:
     from cronkeeper.cli.connect import open_database
 
     db = open_database(database_url, schema)
     return db, select_dead(db.engine, schedule, task, older_than, newer_than, ids)
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-def list_document(rows: list[dict]) -> list[dict[str, Any]]:
-    """``dlq list --format json``: the web's ``/api/dlq`` is the same document."""
-    return [_item(r) for r in rows]
-
-
-def show_document(engine, row: dict) -> dict[str, Any]:
-    """``dlq show --format json``: one dead letter with every attempt."""
-    from cronkeeper.db.attempts import attempts_for_job
-
-    with engine.connect() as conn:
-        attempts = attempts_for_job(conn, row["id"])
-    return {**_item(row), "payload": row["payload"], "owner": row["owner"],
-            "max_attempts": row["max_attempts"], "scheduled_for": _iso(row["scheduled_for"]),
-            "created_at": _iso(row["created_at"]),
-            "attempt_log": [{**a, "started_at": _iso(a["started_at"]),
-                             "finished_at": _iso(a["finished_at"])} for a in attempts]}
-
-
-def dumps(doc: Any) -> str:
-    return json.dumps(doc, indent=2)
-
-
-def tasks_touched(rows: list[dict]) -> dict[str, int]:
-    """How many of the selected jobs each task has (what a replay or discard states)."""
-    tasks: dict[str, int] = {}
-    for r in rows:
-        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
-    return dict(sorted(tasks.items()))
-
-
-def apply(engine, verb: str, ids: list[int]) -> list[int]:
-    """Replay or discard exactly these dead letters (those still dead); returns the ids done."""
-    from cronkeeper.db import attempts as db_attempts
-    from cronkeeper.db.engine import translate_errors
-
-    with translate_errors(f"{verb} of dead letters"), engine.begin() as conn:
-        if verb == "replay":
-            db_attempts.attempts_archive(conn, ids)
-            return db_attempts.outbox_dead_replay(conn, ids)
-        return db_attempts.outbox_dead_discard(conn, ids)
-
-
-def _item(row: dict) -> dict[str, Any]:
-    return {"id": row["id"], "idempotency_key": row["idempotency_key"], "schedule": row["schedule"],
-            "task": row["task"], "attempts": row["attempts"], "last_error": row["last_error"],
-            "dead_at": _iso(row["dead_at"])}
 
 
 @click.group("dlq")
@@ -138,7 +66,7 @@ def list_command(database_url, schema, cluster, schedule, task, older_than, newe
         return
     click.echo(f"{'ID':>8}  {'DEAD AT':20}  {'TASK':24}  {'ATT':>3}  KEY / LAST ERROR")
     for r in rows:
-        click.echo(f"{r['id']:>8}  {(_iso(r['dead_at']) or '')[:20]:20}  {safe(r['task'])[:24]:24}  "
+        click.echo(f"{r['id']:>8}  {(iso(r['dead_at']) or '')[:20]:20}  {safe(r['task'])[:24]:24}  "
                    f"{r['attempts']:>3}  {safe(r['idempotency_key'])}")
         click.echo(f"{'':>8}  {safe(r['last_error'] or '')[:200]}")
     click.echo(f"{len(rows)} dead letter{'s' if len(rows) != 1 else ''}")

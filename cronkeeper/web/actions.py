@@ -14,8 +14,8 @@ import logging
 
 from flask import Flask, Response, abort, redirect, render_template, request, url_for
 
-from cronkeeper.cli import control as control_cli
-from cronkeeper.cli import dlq as dlq_cli
+from cronkeeper.operations import dlq as dead_letters
+from cronkeeper.operations.control import set_paused, trigger_job
 from cronkeeper.web.context import ctx
 
 log = logging.getLogger("cronkeeper.web")
@@ -48,10 +48,10 @@ def register(app: Flask) -> None:
     def control(name: str, action: str):
         engine = ctx().engine
         if action in ("pause", "resume"):
-            control_cli.set_paused(engine, name, action == "pause", _who())
+            set_paused(engine, name, action == "pause", _who())
             done = "paused" if action == "pause" else "resumed"
         elif action == "trigger":
-            job_id, key = control_cli.trigger_job(engine, name)
+            job_id, key = trigger_job(engine, name)
             log.info("web: triggered %s (job %s)", name, job_id, extra={"action": "web_trigger"})
             done = "triggered"
         else:
@@ -66,7 +66,7 @@ def register(app: Flask) -> None:
             abort(400, "verb must be replay or discard")
         f = request.form
         ids = _ids(f.get("ids", "")) or None
-        rows = dlq_cli.select_dead(ctx().engine, f.get("schedule") or None,
+        rows = dead_letters.select_dead(ctx().engine, f.get("schedule") or None,
                                    f.get("task") or None, f.get("older_than") or None,
                                    f.get("newer_than") or None, ids)
         if not rows:
@@ -81,7 +81,7 @@ def register(app: Flask) -> None:
         ids = _ids(request.form.get("ids", ""))
         if not ids:
             abort(400, "no dead letters selected")
-        rows = dlq_cli.select_dead(ctx().engine, None, None, None, None, ids)
+        rows = dead_letters.select_dead(ctx().engine, None, None, None, None, ids)
         if len(rows) != len(ids) or selection_digest(verb, rows) != request.form.get("digest"):
             return _page(verb, rows, "refused: the selection changed since you confirmed it "
                          f"({len(ids)} selected, {len(rows)} still dead and unchanged). Nothing "
@@ -90,15 +90,15 @@ def register(app: Flask) -> None:
         if typed != str(len(rows)):
             return _page(verb, rows, f"you typed {typed or 'nothing'!s}; to {verb} these jobs, "
                          f"type their exact count, {len(rows)}", 422)
-        done = dlq_cli.apply(ctx().engine, verb, ids)
+        done = dead_letters.apply(ctx().engine, verb, ids)
         log.info("web: %s of %d dead letters (%s)", verb, len(done), ",".join(map(str, done)),
                  extra={"action": f"web_dlq_{verb}"})
         return render_template("done.html", verb=verb, done=done,
-                               tasks=dlq_cli.tasks_touched(rows))
+                               tasks=dead_letters.tasks_touched(rows))
 
 
 def _page(verb: str, rows: list[dict], message: str | None, code: int) -> Response:
     return Response(render_template(
-        "confirm.html", verb=verb, rows=dlq_cli.list_document(rows),
-        tasks=dlq_cli.tasks_touched(rows), ids=",".join(str(r["id"]) for r in rows),
+        "confirm.html", verb=verb, rows=dead_letters.list_document(rows),
+        tasks=dead_letters.tasks_touched(rows), ids=",".join(str(r["id"]) for r in rows),
         digest=selection_digest(verb, rows), message=message), code)

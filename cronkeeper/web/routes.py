@@ -9,12 +9,12 @@ from typing import Any
 from flask import Flask, Response, abort, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from cronkeeper.cli import dlq as dlq_cli
-from cronkeeper.cli import explain as explain_cli
-from cronkeeper.cli import history as history_cli
 from cronkeeper.cli import status as status_cli
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
+from cronkeeper.operations import dlq as dead_letters
+from cronkeeper.operations import explain as period_story
+from cronkeeper.operations import history as audit_history
 from cronkeeper.timing import TimingError, parse_instant
 from cronkeeper.web import pages, security
 from cronkeeper.web.context import ctx, login_redirect
@@ -61,7 +61,7 @@ def _status_doc() -> dict[str, Any]:
 def _dlq_rows(ids: list[int] | None = None) -> list[dict]:
     a = request.args
     try:
-        return dlq_cli.select_dead(ctx().engine, a.get("schedule") or None, a.get("task") or None,
+        return dead_letters.select_dead(ctx().engine, a.get("schedule") or None, a.get("task") or None,
                                    a.get("older_than") or None, a.get("newer_than") or None, ids)
     except UsageError as exc:
         abort(400, str(exc))
@@ -104,7 +104,7 @@ def register(app: Flask) -> None:
         if data is None:
             abort(404, f"no schedule named {name!r} is known to the cluster")
         try:
-            audit = history_cli.collect(c.engine, [name], since, until)
+            audit = audit_history.collect(c.engine, [name], since, until)
         except UsageError as exc:
             abort(400, str(exc))
         status = request.args.get("status") or ""
@@ -132,18 +132,18 @@ def register(app: Flask) -> None:
     @app.get("/dlq")
     def dlq_page():
         rows = _dlq_rows()
-        return render_template("dlq.html", rows=dlq_cli.list_document(rows),
+        return render_template("dlq.html", rows=dead_letters.list_document(rows),
                                filters={k: request.args.get(k, "") for k in
                                         ("schedule", "task", "older_than", "newer_than")},
-                               tasks=dlq_cli.tasks_touched(rows))
+                               tasks=dead_letters.tasks_touched(rows))
 
     @app.get("/dlq/<int:job_id>")
     def dead_letter_page(job_id: int):
-        rows = dlq_cli.select_dead(ctx().engine, None, None, None, None, [job_id])
+        rows = dead_letters.select_dead(ctx().engine, None, None, None, None, [job_id])
         if not rows:
             abort(404, f"no dead letter with id {job_id} (replayed, discarded, or never dead)")
         return render_template("dead_letter.html",
-                               item=dlq_cli.show_document(ctx().engine, rows[0]))
+                               item=dead_letters.show_document(ctx().engine, rows[0]))
 
     @app.get("/explain")
     def explain_form():
@@ -156,7 +156,7 @@ def register(app: Flask) -> None:
     def explain_page(key: str):
         with translate_errors("reading the period's story"), ctx().engine.connect() as conn:
             try:
-                story = explain_cli.story(conn, key)
+                story = period_story.story(conn, key)
             except DatabaseError:
                 raise
             except CronkeeperError as exc:
@@ -188,30 +188,30 @@ def register(app: Flask) -> None:
     def api_history():
         names = [n for n in request.args.getlist("schedule") if n]
         try:
-            audit = history_cli.collect(ctx().engine, names, request.args.get("since") or "24h",
+            audit = audit_history.collect(ctx().engine, names, request.args.get("since") or "24h",
                                         request.args.get("until") or None)
         except UsageError as exc:
             abort(400, str(exc))
         out = io.StringIO()
-        history_cli.write_json(audit, out)
+        audit_history.write_json(audit, out)
         return _json(out.getvalue())
 
     @app.get("/api/dlq")
     def api_dlq():
-        return _json(dlq_cli.dumps(dlq_cli.list_document(_dlq_rows())))
+        return _json(dead_letters.dumps(dead_letters.list_document(_dlq_rows())))
 
     @app.get("/api/dlq/<int:job_id>")
     def api_dead_letter(job_id: int):
-        rows = dlq_cli.select_dead(ctx().engine, None, None, None, None, [job_id])
+        rows = dead_letters.select_dead(ctx().engine, None, None, None, None, [job_id])
         if not rows:
             abort(404, f"no dead letter with id {job_id}")
-        return _json(dlq_cli.dumps(dlq_cli.show_document(ctx().engine, rows[0])))
+        return _json(dead_letters.dumps(dead_letters.show_document(ctx().engine, rows[0])))
 
     @app.get("/api/explain/<path:key>")
     def api_explain(key: str):
         with translate_errors("reading the period's story"), ctx().engine.connect() as conn:
             try:
-                return _json(explain_cli.dumps(explain_cli.story(conn, key)))
+                return _json(period_story.dumps(period_story.story(conn, key)))
             except DatabaseError:
                 raise
             except CronkeeperError as exc:

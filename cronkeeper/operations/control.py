@@ -1,0 +1,94 @@
+"""What an operator does to a schedule: pause, resume, trigger, backfill (the CLI's commands and
+the web's actions). They write through the same statements as the leader; backfill claims
+periods under the same unique constraint, so it never duplicates a period that has an outcome."""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from datetime import datetime
+
+from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
+from cronkeeper.errors import CronkeeperError, UsageError
+from cronkeeper.planning import Decision, Outcome, Reason
+from cronkeeper.schedule.diagnostics import safe
+from cronkeeper.scheduler import period_row, stored_spec
+
+BACKFILL_LIMIT = 100_000
+OPERATOR_TERM = 0  # periods written by operator commands carry term 0
+
+
+def live_version(conn: RawConnection, name: str) -> dbs.VersionRow:
+    """The version in force of schedule ``name``, or an error that says why there is none (with
+    a did-you-mean)."""
+    versions = dbs.versions_in_force(conn)
+    live = {v.schedule: v for v in versions if v.spec is not None}
+    if name in live:
+        return live[name]
+    hint = difflib.get_close_matches(name, list(live), n=1)
+    suffix = f"; did you mean {hint[0]!r}?" if hint else ""
+    if any(v.schedule == name for v in versions):
+        raise CronkeeperError(f"schedule {safe(name)!r} was removed from the schedule files{suffix}")
+    raise CronkeeperError(
+        f"no schedule {safe(name)!r} is known to the cluster (a leader records schedules "
+        f"when it loads them){suffix}"
+    )
+
+
+def set_paused(engine: Engine, name: str, paused: bool, who: str) -> None:
+    """Pause or resume a schedule that is in force."""
+    with translate_errors("updating the schedule"), engine.begin() as conn:
+        raw = driver(conn)
+        live_version(raw, name)
+        dbs.controls_set(raw, name, paused, who)
+
+
+def trigger_job(engine: Engine, name: str) -> tuple[int, str]:
+    """Write one manual job for a schedule now (no period is claimed): (job id, its key)."""
+    with translate_errors("writing the job"), engine.begin() as conn:
+        raw = driver(conn)
+        version = live_version(raw, name)
+        spec, _ = stored_spec(version)
+        now = dbs.db_now(raw)
+        row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
+        key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+        row = row._replace(key=key, run_after=now)  # PeriodRow is a NamedTuple
+        return dbs.outbox_insert_manual(raw, row), key
+
+
+def check_window(after: datetime, until: datetime) -> None:
+    if until <= after:
+        raise UsageError("--to must be later than --from")
+
+
+def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
+             dry_run: bool) -> list[datetime]:
+    """Emit the periods of ``name`` in ``(after, until]`` (never past now: a period is never
+    decided before it is due) that have no outcome yet, each by the version in force at its
+    instant; return their instants, sorted. ``dry_run``: which, with nothing written."""
+    check_window(after, until)
+    with translate_errors("backfilling"), engine.begin() as conn:
+        raw = driver(conn)
+        live_version(raw, name)
+        until = min(until, dbs.db_now(raw))
+        rows = []
+        versions = dbs.versions_history(raw, name)
+        decided = dbs.periods_decided(raw, name, after, until)
+        for version, following in itertools.zip_longest(versions, versions[1:]):
+            if version.spec is None:
+                continue
+            spec, trigger = stored_spec(version)
+            lo = max(after, version.active_from)
+            hi = min(until, following.active_from) if following else until
+            if hi <= lo:
+                continue
+            for period in trigger.fires(lo, hi):
+                if period not in decided:
+                    rows.append(period_row(spec, version.id,
+                                           Decision(period, Outcome.EMITTED, Reason.BACKFILL)))
+                if len(rows) > BACKFILL_LIMIT:
+                    raise UsageError(f"more than {BACKFILL_LIMIT} periods: backfill a shorter window")
+        if dry_run:
+            return sorted(r.scheduled_for for r in rows)
+        return sorted(c[1] for c in dbs.periods_claim(raw, rows, OPERATOR_TERM))

@@ -231,9 +231,9 @@ def depth_problem(key: str, value: Any) -> str | None:
 
 
 def _payload_json(value: dict[str, Any]) -> str | tuple[str, tuple[str, ...]]:
-    problem = depth_problem("payload", value)
-    if problem is not None:  # before anything that recurses (JSON, the problem walk below)
-        return problem, ()
+    too_deep = depth_problem("payload", value)
+    if too_deep is not None:  # before anything that recurses (JSON, the problem walk below)
+        return too_deep, ()
     try:
         text = canonical_json(value)  # the fast path: it refuses NaN, infinities and datetimes
     except (TypeError, ValueError, RecursionError):

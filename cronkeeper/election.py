@@ -26,7 +26,7 @@ Mechanisms:
 - A leader whose work makes no progress for ``stall_timeout`` (a hung query, a stuck thread)
   terminates its own lock session. Progress is each bounded step of the term's work done: a
   page of stored versions read back, a batch of versions adopted and committed, a claim batch
-  sent, a tick committed. Work that grows with the schedule set (adopting 100,000, reading them
+  sent, a tick committed, 5,000 schedules of a pass over the set in memory. Work that grows with the schedule set (adopting 100,000, reading them
   back after a takeover, a long catch-up) is many steps, never one longer than the bound, and
   each step commits: a term cut short leaves what it did for the next one to build on.
 - Correctness never rests on the lock: the per-period unique constraint does that.

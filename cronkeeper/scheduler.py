@@ -194,7 +194,9 @@ class Scheduler:
             return changes
         assert at is not None
         each = len(changes) <= LOG_EACH_UP_TO
-        for name, kind in changes.items():
+        for n, (name, kind) in enumerate(changes.items(), 1):
+            if n % ADOPT_ROWS == 0:
+                self._progress()  # a pass over the whole set is steps too (1 s at 100,000)
             if kind != "removed":
                 version_id = ids.get(name)
                 if version_id is None:  # another leader recorded the same instant: reload to agree
@@ -236,7 +238,9 @@ class Scheduler:
         self._due_at = {}
         self._instants = []
         next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
-        for name, state in self.states.items():
+        for n, (name, state) in enumerate(self.states.items(), 1):
+            if n % ADOPT_ROWS == 0:
+                self._progress()  # (see adopt)
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._due_at.setdefault(state.next_fire, []).append(name)

@@ -4,7 +4,7 @@ State diagram (one ``Node`` per daemon process)::
 
       start ──► CONNECTING ──(proxy detected: session not pinned)──► FATAL (refuse to run)
                     │ ▲
-        connected   │ │ connection lost / lock or term lost / tick stalled
+        connected   │ │ connection lost / lock or term lost / no progress
                     ▼ │       (backoff, then reconnect)
                  FOLLOWER ── blocked in pg_advisory_lock(key) on the lock session; the
                     │         housekeeping thread deposes a leader whose heartbeat is stale
@@ -23,7 +23,12 @@ Mechanisms:
   heartbeat is older than ``leader_timeout``, and the server ends the idle lock session after
   ``leader_timeout`` too (idle_session_timeout), even with no standby. Bound: leader_timeout
   plus one housekeeping interval. On resuming it finds its session gone and writes nothing.
-- A leader whose tick stalls beyond ``stall_timeout`` terminates its own lock session.
+- A leader whose work makes no progress for ``stall_timeout`` (a hung query, a stuck thread)
+  terminates its own lock session. Progress is each bounded step of the term's work done: a
+  page of stored versions read back, a batch of versions adopted and committed, a claim batch
+  sent, a tick committed, 5,000 schedules of a pass over the set in memory. Work that grows with the schedule set (adopting 100,000, reading them
+  back after a takeover, a long catch-up) is many steps, never one longer than the bound, and
+  each step commits: a term cut short leaves what it did for the next one to build on.
 - Correctness never rests on the lock: the per-period unique constraint does that.
 """
 
@@ -73,7 +78,7 @@ class Role(StrEnum):
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
     leader_timeout: float = 10.0  # a leader silent this long is deposed
-    stall_timeout: float = 10.0  # a leader whose tick makes no progress this long steps down
+    stall_timeout: float = 10.0  # a leader whose work makes no progress this long steps down
     heartbeat_interval: float = 1.0  # leader heartbeat (and longest sleep between ticks)
     housekeeping_interval: float = 1.0
     instance_heartbeat_interval: float = 2.0
@@ -289,6 +294,7 @@ class Node:
             log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
 
     def _progress(self) -> None:
+        """The scheduler finished a bounded step of work (see the module's docstring)."""
         self.last_progress = clock.monotonic()
 
     def _report(self, report: TickReport) -> None:
@@ -385,7 +391,8 @@ class Node:
     def _step_down_stalled(self) -> None:
         pid = self._lock_pid
         log.error(
-            "tick stalled for over %.0fs: stepping down", self.options.stall_timeout,
+            "no progress for over %.0fs (no tick or batch of work done): stepping down",
+            self.options.stall_timeout,
             extra={"action": "leader_stalled", "term": self.term},
         )
         if pid is not None:

@@ -42,6 +42,7 @@ MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over severa
 MAX_PERIODS_PER_TICK = 5_000
 BATCH_ROWS = 1_000  # periods per batch: a chunk of the tick's COPY, or one claim statement
 ADOPT_ROWS = 5_000  # schedule versions recorded per transaction
+LOAD_ROWS = 1_000  # stored versions read (and parsed) per transaction when a term begins
 LOG_EACH_UP_TO = 1_000  # more decisions (or changes) than this: one summary line at info
 
 
@@ -93,7 +94,9 @@ class Scheduler:
         self.term = term
         self.lock_key = lock_key
         self.on_tick = on_tick
-        self.on_progress = on_progress  # called as each claim batch goes out (stall detection)
+        # Called as each bounded step of the term's work is done (the stall watchdog's feed):
+        # a page of versions read, a batch of versions adopted, a claim batch sent.
+        self.on_progress = on_progress
         self.should_stop = should_stop
         self.resume_floor = resume_floor  # periods older than retention are never re-planned
         self.skipped_versions: dict[str, str] = {}  # schedule -> why its stored version is unusable
@@ -117,25 +120,43 @@ class Scheduler:
 
     # -- schedule versions -------------------------------------------------------------------
     def load_versions(self) -> None:
-        """Plan with the versions in force in the database (those the previous leader used)."""
-        with self.conn.transaction():
-            now = self.confirm()
-            versions = [v for v in dbs.versions_in_force(self.conn) if v.spec is not None]
-            last = dbs.periods_last(self.conn, [v.schedule for v in versions])
+        """Plan with the versions in force in the database (those the previous leader used).
+
+        Read ``LOAD_ROWS`` schedules at a time, by name, each page in a transaction of its own
+        that begins with ``confirm`` (a heartbeat), and reported as progress once parsed: a
+        new term reading back 100,000 versions on a busy machine takes longer than the stall
+        bound, which watches each page, not the whole. Only a leader writes versions, and no
+        other leader can while this term holds the lock: the pages are one consistent set."""
         self.states = {}
         self.skipped_versions = {}
-        floor = now - self.resume_floor
-        for v in versions:
-            try:
-                spec, trigger = stored_spec(v)
-            except CronkeeperError as exc:  # one unreadable row must not stop the others
-                self.skipped_versions[v.schedule] = str(exc)
-                log.error("%s; it is not planned until a leader records a readable version",
-                          exc, extra={"action": "version_unreadable", "schedule": v.schedule})
-                continue
-            after = max(last.get(v.schedule, v.active_from), v.active_from, floor)
-            self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after, self._family(spec))
+        cursor = ""  # the last name read: the next page starts after it
+        while True:
+            with self.conn.transaction():
+                now = self.confirm()
+                page = dbs.versions_in_force(self.conn, cursor, LOAD_ROWS)
+                versions = [v for v in page if v.spec is not None]
+                last = dbs.periods_last(self.conn, [v.schedule for v in versions])
+            floor = now - self.resume_floor
+            for v in versions:
+                try:
+                    spec, trigger = stored_spec(v)
+                except CronkeeperError as exc:  # one unreadable row must not stop the others
+                    self.skipped_versions[v.schedule] = str(exc)
+                    log.error("%s; it is not planned until a leader records a readable version",
+                              exc, extra={"action": "version_unreadable", "schedule": v.schedule})
+                    continue
+                after = max(last.get(v.schedule, v.active_from), v.active_from, floor)
+                self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after,
+                                                        self._family(spec))
+            self._progress()
+            if len(page) < LOAD_ROWS:
+                break
+            cursor = page[-1].schedule
         self._rebuild_heap()
+
+    def _progress(self) -> None:
+        if self.on_progress is not None:
+            self.on_progress()
 
     def adopt(self, schedules: ScheduleSet) -> dict[str, str]:
         """Make the file set the one in force from now on: new, changed and removed schedules
@@ -144,37 +165,38 @@ class Scheduler:
         horizon under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
         wanted = schedules.by_name()
         changes: dict[str, str] = {}
+        # In steps of ADOPT_ROWS schedules compared, their changes recorded in a transaction
+        # fenced and heartbeating, each step reported as progress: 100,000 new schedules are
+        # not one long transaction, nor one step longer than the stall bound on a busy machine
+        # (comparing digests alone costs 1 s at 30,000 there), and only one batch's JSON is in
+        # memory. A leader lost half-way leaves the batches it committed on their new version
+        # and the rest on their old one, each consistent; the next leader reads the committed
+        # ones back and adopts only the rest, from its own horizon.
+        at: datetime | None = None
+        ids: dict[str, int] = {}
         rows: list[tuple[str, ScheduleSpec | None]] = []
-        for name, spec in wanted.items():
+        for n, (name, spec) in enumerate(wanted.items(), 1):
             state = self.states.get(name)
             if state is None or state.spec.digest != spec.digest:
                 changes[name] = "changed" if state else "new"
                 rows.append((name, spec))
             else:  # the same spec: keep one copy (the file's) in memory, not two
                 state.spec = spec
+            if n % ADOPT_ROWS == 0:
+                at, rows = self._record_versions(rows, at, ids), []
         for name in self.states.keys() - wanted.keys():
             changes[name] = "removed"
             rows.append((name, None))
-        if not rows:
+            if len(rows) >= ADOPT_ROWS:
+                at, rows = self._record_versions(rows, at, ids), []
+        at = self._record_versions(rows, at, ids)
+        if not changes:
             return changes
-        # In transactions of ADOPT_ROWS versions, each fenced and heartbeating: 100,000 new
-        # schedules are not one long transaction, and only one batch's JSON is in memory.
-        # A leader lost half-way leaves some schedules on their new version and the rest on
-        # their old one, each consistent; the next leader adopts the rest from its horizon.
-        at: datetime | None = None
-        ids: dict[str, int] = {}
-        for start in range(0, len(rows), ADOPT_ROWS):
-            with self.conn.transaction():
-                now = self.confirm()
-                if at is None:
-                    # The old versions decided every period up to the last tick's horizon; the
-                    # new ones take over from exactly there: no instant is left to neither.
-                    at = min(self._horizon, now) if self._horizon is not None else now
-                batch = [_version_row(name, spec) for name, spec in rows[start:start + ADOPT_ROWS]]
-                ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
         assert at is not None
         each = len(changes) <= LOG_EACH_UP_TO
-        for name, kind in changes.items():
+        for n, (name, kind) in enumerate(changes.items(), 1):
+            if n % ADOPT_ROWS == 0:
+                self._progress()  # a pass over the whole set is steps too (1 s at 100,000)
             if kind != "removed":
                 version_id = ids.get(name)
                 if version_id is None:  # another leader recorded the same instant: reload to agree
@@ -194,12 +216,31 @@ class Scheduler:
         self._rebuild_heap()
         return changes
 
+    def _record_versions(self, rows: list[tuple[str, ScheduleSpec | None]],
+                         at: datetime | None, ids: dict[str, int]) -> datetime | None:
+        """One step of ``adopt``: record ``rows`` (if any) in one fenced transaction, active
+        from ``at`` (None: the first batch sets it), their ids into ``ids``; then report
+        progress. Returns ``at``."""
+        if rows:
+            with self.conn.transaction():
+                now = self.confirm()
+                if at is None:
+                    # The old versions decided every period up to the last tick's horizon; the
+                    # new ones take over from exactly there: no instant is left to neither.
+                    at = min(self._horizon, now) if self._horizon is not None else now
+                batch = [_version_row(name, spec) for name, spec in rows]
+                ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
+        self._progress()  # committed: a term that ends now leaves this batch adopted
+        return at
+
     # -- ticking -------------------------------------------------------------------------------
     def _rebuild_heap(self) -> None:
         self._due_at = {}
         self._instants = []
         next_fire = _Memo(lambda trigger, after: trigger.next_fire(after))
-        for name, state in self.states.items():
+        for n, (name, state) in enumerate(self.states.items(), 1):
+            if n % ADOPT_ROWS == 0:
+                self._progress()  # (see adopt)
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._due_at.setdefault(state.next_fire, []).append(name)
@@ -337,8 +378,7 @@ class Scheduler:
             else:
                 batch.run_after.extend(itertools.repeat(None, n))
             if len(batch.schedule) >= BATCH_ROWS:
-                if self.on_progress is not None:
-                    self.on_progress()  # a big tick is progress batch by batch, not at its end
+                self._progress()  # a big tick is progress batch by batch, not at its end
                 yield batch
                 batch = dbs.ClaimBatch(groups)
         if len(batch):

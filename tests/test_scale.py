@@ -118,6 +118,61 @@ def test_adoption_in_batches_records_every_version_at_one_instant_and_policies_s
             conn.close()
 
 
+def test_a_term_reads_back_and_adopts_in_steps_each_committed_and_reported_as_progress(
+        tmp_path, monkeypatch):
+    """Issue 21: the stall watchdog is fed per step, not per phase. Versions are adopted 7
+    compared schedules at a time, each step's changes in a transaction of its own, and read
+    back 3 at a time, each page in a transaction of its own; every step reports progress. A
+    set changed between terms reads back whole and adopts only what changed."""
+    pg = shared_postgres()
+    schema = pg.new_schema()
+    monkeypatch.setattr(scheduler, "ADOPT_ROWS", 7)
+    monkeypatch.setattr(scheduler, "LOAD_ROWS", 3)
+    names = [f"s{i:02d}" for i in range(20)]
+
+    def schedules(crons: dict[str, str]) -> ScheduleSet:
+        files = {"a.toml": "\n".join(schedule_toml(n, cron=c, misfire="skip")
+                                      for n, c in crons.items())}
+        return load_valid([str(write_schedules(tmp_path / "s", files))], now=clock.wall())
+
+    first = schedules(dict.fromkeys(names, "0 4 * * *"))
+    second = schedules({**dict.fromkeys(names[2:], "0 4 * * *"), "s05": "0 5 * * *"})
+    db = set_path(pg.connect(), schema)
+    conn, sched = _lead(pg, schema)
+    try:
+        steps: list[int] = []
+        sched.on_progress = lambda: steps.append(1)
+        sched.load_versions()
+        assert len(steps) == 1  # one (empty) page
+        sched.tick()
+        assert set(sched.adopt(first).values()) == {"new"}
+        # 20 compared in steps of 7, 7 and 6, each recorded; then two passes over the 20 new
+        # states (building them, filing them by next fire), each reporting every 7
+        assert len(steps) == 1 + 3 + 2 + 2
+        assert db.execute("SELECT count(*), count(DISTINCT xmin::text) FROM "
+                          "schedule_versions").fetchone() == (20, 3)
+
+        conn, sched = _lead_after(pg, schema, conn)  # the next term reads them back
+        steps.clear()
+        sched.on_progress = lambda: steps.append(1)
+        sched.load_versions()
+        assert sorted(sched.states) == names
+        assert len(steps) == 7 + 2  # pages of 3, 3, 3, 3, 3, 3 and 2; filing them by next fire
+        sched.tick()
+        assert sched.adopt(second) == {"s05": "changed", "s00": "removed", "s01": "removed"}
+        assert sched.states["s05"].spec.cron == "0 5 * * *"
+
+        conn, sched = _lead_after(pg, schema, conn)
+        sched.load_versions()  # removals read back as absent, the change as in force
+        assert sorted(sched.states) == names[2:]
+        assert sched.states["s05"].spec.cron == "0 5 * * *"
+        assert sched.adopt(second) == {}
+    finally:
+        db.close()
+        if not conn.closed:
+            conn.close()
+
+
 def _lead_after(pg, schema: str, previous) -> tuple:
     previous.close()  # its lock goes with its session
     return _lead(pg, schema)

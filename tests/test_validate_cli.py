@@ -183,3 +183,62 @@ def test_validate_does_not_import_the_database_stack():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "0 []", proc.stdout + proc.stderr
+
+
+# Values nested deeper than Python's stack (issue 21): tomllib reads a header or a dotted key of
+# 2,000 levels, and ran cronkeeper's checks out of recursion (exit 70, "internal error").
+# Each case: the file, then (line, message) of the error expected, and no other error but the
+# ones a schedule without that key has.
+_BODY = 'cron = "0 4 * * *"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t"\nowner = "o"\n'
+_MANY = "".join(f"[s{i}]\n{_BODY}" for i in range(60))  # the checks' memo is in use by then
+_DEEP_LEVELS = "levels deep, more than the 64 allowed"
+DEEP = {
+    "header": ("[x" + ".a" * 2000 + "]\nk = 1\n",
+               1, "schedule 'x': 'a' nests tables or arrays 2000 " + _DEEP_LEVELS),
+    "payload-header": (_MANY + "[x]\n" + _BODY + "[x.payload" + ".a" * 2000 + "]\nk = 1\n",
+                       60 * 6 + 7, "schedule 'x': 'payload' nests tables or arrays 2001 "
+                       + _DEEP_LEVELS),
+    "payload-dotted-key": ("[x]\n" + _BODY + "payload" + ".a" * 3000 + " = 1\n",
+                           7, "schedule 'x': 'payload' nests tables or arrays 3000 "
+                           + _DEEP_LEVELS),
+    "array-of-tables": ("[x]\n" + _BODY + "[[x.backoff" + ".a" * 2000 + "]]\nk = 1\n",
+                        7, "schedule 'x': 'backoff' nests tables or arrays 2002 "
+                        + _DEEP_LEVELS),
+    "payload-just-too-deep": ("[x]\n" + _BODY + "payload" + ".a" * 65 + " = 1\n",
+                              7, "schedule 'x': 'payload' nests tables or arrays 65 "
+                              + _DEEP_LEVELS),
+    "inline-table": ("[x]\n" + _BODY + "\npayload = " + "{ a = " * 3000 + "1" + " }" * 3000
+                     + "\n", 8, "invalid TOML: arrays or inline tables nested too deeply to read"),
+    "inline-array": ("[x]\n" + _BODY + "\n\nextra = " + "[" * 3000 + "]" * 3000 + "\n",
+                     9, "invalid TOML: arrays or inline tables nested too deeply to read"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEEP))
+def test_a_value_nested_too_deeply_is_an_error_at_its_line(tmp_path, case):
+    content, line, message = DEEP[case]
+    path = write(tmp_path, f"{case}.toml", content)
+    result = run("--format", "json", str(path))
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = json.loads(result.output)["errors"]
+    found = [(e["line"], e["message"] if e["schedule"] is None
+              else f"schedule '{e['schedule']}': {e['message']}") for e in errors]
+    assert (line, message) in found, found
+    assert all(e["schedule"] in (None, "x") for e in errors), errors  # the other 60 are valid
+
+
+def test_a_payload_at_the_depth_limit_is_valid(tmp_path):
+    path = write(tmp_path, "a.toml", "[x]\n" + _BODY + "payload" + ".a" * 64 + " = 1\n")
+    result = run(str(path))
+    assert result.exit_code == 0, result.output
+
+
+def test_a_deep_header_through_the_console_script(tmp_path):
+    write(tmp_path, "deep.toml", DEEP["header"][0])
+    proc = subprocess.run([str(SCRIPT), "validate", str(tmp_path)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "internal error" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert f"{tmp_path / 'deep.toml'}:1: schedule 'x': 'a' nests tables" in proc.stdout

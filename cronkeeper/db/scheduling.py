@@ -53,13 +53,19 @@ def db_now(conn: psycopg.Connection) -> datetime:
     return one_row(conn.execute("SELECT clock_timestamp()"))[0]
 
 
-def versions_in_force(conn: psycopg.Connection) -> list[VersionRow]:
-    """The newest version of every schedule ever seen (spec None: removed)."""
+def versions_in_force(
+    conn: psycopg.Connection, after: str = "", limit: int | None = None
+) -> list[VersionRow]:
+    """The newest version of every schedule ever seen (spec None: removed), by name; with
+    ``after`` and ``limit``, a page of them: the ``limit`` first schedules named after ``after``
+    (the leader reads 100,000 a page at a time, each in its own transaction)."""
     rows = conn.execute(
         """
         SELECT DISTINCT ON (schedule) id, schedule, digest, spec, active_from
-        FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
-        """
+        FROM schedule_versions WHERE schedule > %(after)s
+        ORDER BY schedule, active_from DESC, id DESC LIMIT %(limit)s
+        """,
+        {"after": after, "limit": limit},
     ).fetchall()
     return [VersionRow(*r) for r in rows]
 

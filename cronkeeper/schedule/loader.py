@@ -346,8 +346,9 @@ def _load_file(
         except tomllib.TOMLDecodeError as exc:
             message, line = _toml_error(str(exc))
             return fail(f"invalid TOML: {message}", line)
-        except RecursionError:
-            return fail("invalid TOML: nested too deeply to read")
+        except RecursionError as exc:
+            return fail("invalid TOML: arrays or inline tables nested too deeply to read",
+                        _deepest_line(text, exc))
         index = LineIndex(text)
     specs: list[ScheduleSpec] = []
     names: list[tuple[str, int]] = []
@@ -381,6 +382,19 @@ def _load_file(
             diags.append(Diagnostic(file, line, name, problem))
             specs = []
     return specs, names, diags
+
+
+def _deepest_line(text: str, exc: RecursionError) -> int:
+    """The line tomllib was reading when it ran out of stack: the position held by the deepest
+    of its frames (its parsing functions take the text and a position, ``pos``), else 1."""
+    pos = None
+    tb = exc.__traceback__
+    while tb is not None:
+        held = tb.tb_frame.f_locals.get("pos")
+        if type(held) is int:
+            pos = held
+        tb = tb.tb_next
+    return 1 if pos is None else text.count("\n", 0, pos) + 1
 
 
 def _toml_error(text: str) -> tuple[str, int]:

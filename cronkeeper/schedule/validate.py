@@ -105,6 +105,37 @@ def check_schedule(
     spec_needed: bool = True,
     warnings_needed: bool = True,
 ) -> tuple[ScheduleSpec | None, list[Diagnostic]]:
+    """Validate one schedule (see :func:`_check_schedule`). A value nested too deeply for the
+    checks' recursion (a header of 2,000 dotted keys: tomllib reads it) is reported at its key,
+    and the rest of the table is checked without it: a clear error, never a RecursionError.
+    The walk that finds it runs only then, so valid tables cost nothing more."""
+    try:
+        return _check_schedule(name, table, file=file, line_of=line_of, now=now, memo=memo,
+                               spec_needed=spec_needed, warnings_needed=warnings_needed)
+    except RecursionError:
+        pass
+    deep = {key: problem for key, value in table.items()
+            if (problem := v.depth_problem(key, value)) is not None}
+    diags = [Diagnostic(file, line_of(key), name, problem) for key, problem in deep.items()]
+    if not diags:  # pragma: no cover - a RecursionError comes from a deep value
+        return None, [Diagnostic(file, line_of(), name, "nested too deeply to check")]
+    rest = {key: value for key, value in table.items() if key not in deep}
+    _, others = check_schedule(name, rest, file=file, line_of=line_of, now=now, memo=memo,
+                               spec_needed=False, warnings_needed=warnings_needed)
+    return None, diags + others
+
+
+def _check_schedule(
+    name: str,
+    table: dict[str, Any],
+    *,
+    file: str,
+    line_of: Callable[..., int],
+    now: datetime,
+    memo: Memo | None,
+    spec_needed: bool,
+    warnings_needed: bool,
+) -> tuple[ScheduleSpec | None, list[Diagnostic]]:
     """Validate one schedule. ``line_of(*key_path)`` gives the line of a key of this table.
 
     ``memo`` (one per ``now``; the loader keeps one per load) remembers valid tables (see

@@ -25,6 +25,10 @@ TASK_RE = re.compile(
 MAX_TASK_LENGTH = 200
 # Upper bound of every duration: keeps datetime arithmetic elsewhere far from overflow.
 MAX_DURATION = 3660 * 86400.0
+# Tables and arrays within each other, at most: a header of dotted keys (``[a.b.c...]``) nests
+# tables as deep as it is long, which tomllib reads, but a value hundreds of levels deep cannot
+# be rendered, compared or written as JSON within Python's recursion limit.
+MAX_DEPTH = 64
 
 
 def type_name(value: Any) -> str:
@@ -187,7 +191,10 @@ def payload_json(value: Any) -> str | tuple[str, tuple[str, ...]]:
     told apart by ``repr``, which tells 1 from true from 1.0 (JSON does too)."""
     if not isinstance(value, dict):
         return f"'payload' must be a table (a JSON object), not {type_name(value)}", ()
-    key = repr(value)
+    try:
+        key = repr(value)
+    except RecursionError:  # too deep to render: _payload_json says how deep
+        return _payload_json(value)
     found = _PAYLOADS.get(key)
     if found is None:
         found = _payload_json(value)
@@ -197,7 +204,36 @@ def payload_json(value: Any) -> str | tuple[str, tuple[str, ...]]:
     return found
 
 
+def depth(value: Any) -> int:
+    """How many tables and arrays ``value`` nests, itself included (a scalar: 0), without
+    recursion: a value too deep for Python's stack is measured too."""
+    deepest = 0
+    todo = [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        todo.extend((child, level + 1) for child in children
+                    if isinstance(child, dict | list))
+    return deepest
+
+
+def depth_problem(key: str, value: Any) -> str | None:
+    """A message if ``value`` nests more than ``MAX_DEPTH`` tables and arrays."""
+    levels = depth(value)
+    if levels <= MAX_DEPTH:
+        return None
+    return (f"'{key}' nests tables or arrays {levels} levels deep, more than the {MAX_DEPTH} "
+            "allowed")
+
+
 def _payload_json(value: dict[str, Any]) -> str | tuple[str, tuple[str, ...]]:
+    too_deep = depth_problem("payload", value)
+    if too_deep is not None:  # before anything that recurses (JSON, the problem walk below)
+        return too_deep, ()
     try:
         text = canonical_json(value)  # the fast path: it refuses NaN, infinities and datetimes
     except (TypeError, ValueError, RecursionError):

@@ -114,8 +114,11 @@ class Relay:
                     self.db.reap_expired(log)
                     next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
                     with self.db.statement("heartbeating the relay") as conn:
-                        db_attempts.instances_heartbeat(conn, cluster=self.cluster,
-                                                        instance_id=self.relay_id)
+                        skew = db_attempts.instances_heartbeat(
+                            conn, cluster=self.cluster, instance_id=self.relay_id,
+                            local_now=clock.wall())
+                    if skew is not None:
+                        metrics.current().set_skew(skew)
                 claimed = self._round()
                 if now >= next_serial:
                     next_serial = now + min(cfg.poll_interval, 1.0)

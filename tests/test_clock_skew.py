@@ -114,6 +114,11 @@ def periods(db: psycopg.Connection) -> list[tuple[datetime, str, datetime, int]]
                       "WHERE schedule = 'tick' ORDER BY scheduled_for").fetchall()
 
 
+def q_unfinished(db: psycopg.Connection, cutoff: datetime) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT id, state FROM outbox WHERE scheduled_for <= %s "
+                      "AND state <> 'succeeded'", (cutoff,)).fetchall()
+
+
 def assert_contiguous(instants: list[datetime], context: str) -> None:
     """Every second from the first to the last, each once (the audit checks against the spec;
     this also says which instants were lost or doubled, in a readable message)."""
@@ -228,11 +233,6 @@ def test_an_hour_wrong_clock_fires_at_the_databases_instants(tmp_path, offset, s
         db.close()
 
 
-def q_unfinished(db: psycopg.Connection, cutoff: datetime) -> list[tuple[Any, ...]]:
-    return db.execute("SELECT id, state FROM outbox WHERE scheduled_for <= %s "
-                      "AND state <> 'succeeded'", (cutoff,)).fetchall()
-
-
 # -- a leader whose clock jumps ----------------------------------------------------------------------
 def test_a_leader_whose_clock_jumps_decides_each_period_once(tmp_path):
     pg = shared_postgres()
@@ -262,9 +262,13 @@ def test_a_leader_whose_clock_jumps_decides_each_period_once(tmp_path):
         rows = periods(db)
         assert_contiguous([p for p, *_ in rows], "across the clock jumps")
         assert all(outcome == "emitted" for _, outcome, _, _ in rows), rows
-        # decided on time by the database's clock on each side of every step, never an hour late
+        # decided on time by the database's clock on each side of every step: never before its
+        # instant (a leader planning by its own clock an hour ahead would), never an hour late
+        early = [(p, d) for p, _, d, _ in rows if d < p]
+        assert not early, f"decided before their instants: {early[:5]} ({len(early)} in all)"
         late = [(p, (d - p).total_seconds()) for p, _, d, _ in rows if (d - p).total_seconds() > LATE_BOUND]
         assert not late, late
+        assert rows[-1][0] <= db_now(db)
         # one term throughout: the steps neither stalled the leader nor made it step down
         assert {t for *_, t in rows} == {term}, rows
         assert leader_row(db, cluster).term == term

@@ -49,6 +49,9 @@ from daemon_harness import (
     write_schedules,
 )
 from handlers_for_tests import q, spawn_worker
+from relay_helpers import put, spawn_relay, stop, write_config
+from relay_support import private_redis, unique_name  # noqa: F401 - private_redis is a fixture
+from test_relay_rq import relay_config
 
 TESTS = Path(__file__).parent
 SITE = TESTS / "faketime_site"  # sitecustomize: time.sleep despite libfaketime 0.9.10's bug
@@ -334,6 +337,31 @@ def state_of(engine: Any, job: int) -> tuple[Any, ...]:
 def skew_near_engine(engine: Any, instance_id: str, expected: float) -> bool:
     rows = q(engine, "SELECT clock_skew_seconds FROM instances WHERE instance_id = %(i)s", i=instance_id)
     return bool(rows) and rows[0][0] is not None and abs(rows[0][0] - expected) < SKEW_TOLERANCE
+
+
+# -- a relay whose clock is behind ---------------------------------------------------------------------
+def test_a_relay_an_hour_behind_publishes_a_due_job_at_once(
+        engine, schema, database_url, private_redis, tmp_path):  # noqa: F811
+    """A job the database holds due is due: a relay whose clock is an hour behind hands it to
+    RQ's queue at once, not to RQ's scheduler for an hour later (as judging ``run_after`` by its
+    own clock would; BullMQ's relative ``delay`` would hold it back that hour, too)."""
+    queue = unique_name("rq")
+    config = write_config(tmp_path, relay_config(private_redis.url, queue))
+    relay_id = f"relay-{uuid.uuid4().hex[:6]}"
+    proc = spawn_relay(database_url, schema, config, relay_id=relay_id, env=faked_env(offset="-1h"))
+    try:
+        wait_for(lambda: skew_near_engine(engine, relay_id, HOUR), 30,
+                 "the relay to measure its skew of +3600s")
+        put(engine, schema, "relay_consumers.record", {"n": 1}, key="behind@2026-12-01T00:00:00Z")
+        wait_for(lambda: q(engine, "SELECT state FROM outbox")[0][0] == "published", 30,
+                 "the job to be published")
+        client = private_redis.client()
+        assert client.zcard(f"rq:scheduled:{queue}") == 0, "held back in RQ's scheduler"
+        assert client.llen(f"rq:queue:{queue}") == 1
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- relay\n{stop(proc)[-3000:]}") from None
+    finally:
+        stop(proc)
 
 
 # -- the database's own clock steps ----------------------------------------------------------------

@@ -7,6 +7,7 @@
   decides every period exactly once, around each jump too.
 - A worker whose clock jumps while a command runs neither times it out early nor lets it run on:
   job timeouts and leases are paced by the monotonic clock, which a clock step leaves alone.
+- A relay an hour behind hands a due job to RQ's queue at once, not to RQ's scheduler.
 - PostgreSQL's own clock steps (a private server under libfaketime): a step forward makes the
   skipped instants due at once, each decided once; a step back makes the leader wait for the
   instants it has already decided, and none is decided twice.

@@ -14,6 +14,7 @@ have rabbitmq-server || need+=(rabbitmq-server)  # the Celery relay target on AM
 [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)  # ... driven by Selenium
 have sidekiq || need+=(ruby-sidekiq)          # a real Sidekiq server (6.4) for the Sidekiq target
 have node || need+=(nodejs npm)               # a real BullMQ worker for the BullMQ target
+have faketime || need+=(faketime)             # libfaketime: instances (and a PostgreSQL) on a wrong clock
 if [ "${#need[@]}" -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -41,7 +42,7 @@ fi
 # Whatever could not be installed or started fails here, by name, rather than as a test
 # failure later (a test that needs a tool fails, never skips, when it is missing).
 missing=()
-for tool in promtool pgbouncer redis-server rabbitmq-server sidekiq node npm; do
+for tool in promtool pgbouncer redis-server rabbitmq-server sidekiq node npm faketime; do
   have "$tool" || missing+=("$tool")
 done
 for path in /usr/bin/chromium /usr/bin/chromedriver; do  # the paths tests/test_web_browser.py drives

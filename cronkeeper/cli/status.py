@@ -24,6 +24,7 @@ STORM_WINDOW = 300.0  # seconds of attempts the retry-storm check looks at
 STOPPED_WITHIN = 3600.0  # instances that stopped gracefully this recently are listed as stopped
 STORM_MIN_FAILURES = 5
 AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
+SKEW_WARN = 1.0  # seconds an instance's clock may be off the database's before status says so
 
 
 def _iso(value: Any) -> Any:
@@ -266,6 +267,13 @@ def diagnose(doc: dict[str, Any], periods: dict[str, float | None],
     if len(tz) > 1:
         out.append(f"tzdata disagreement among live instances ({', '.join(sorted(tz))}): two "
                    "versions can place a DST transition differently; upgrade the older hosts")
+    for i in doc["instances"]:
+        skew = i["clock_skew_seconds"]
+        if skew is not None and abs(skew) > SKEW_WARN:
+            out.append(f"clock skew: {i['instance_id']} ({i['kind']}) is {abs(skew):.1f}s "
+                       f"{'behind' if skew > 0 else 'ahead of'} the database's clock. Nothing "
+                       "fires or times out by it (the database's clock rules), but its logs "
+                       "and its own timestamps are off: check NTP on that host")
     q = doc["queue"]
     worst = max((o["age_seconds"] for o in q["oldest_available"]), default=0.0)
     failed, finished = q["attempts_failed_recent"], q["attempts_finished_recent"]
@@ -296,6 +304,11 @@ def diagnose(doc: dict[str, Any], periods: dict[str, float | None],
     return out
 
 
+def _skew(seconds: float | None) -> str:
+    """Database clock minus the instance's, as the instances table shows it."""
+    return "-" if seconds is None else f"{seconds:+.1f}s"
+
+
 def render(doc: dict[str, Any]) -> str:
     lines = [f"cluster {safe(doc['cluster'])}  schema {doc['schema']}  database "
              f"{safe(doc['database'] or '-')}",
@@ -306,11 +319,12 @@ def render(doc: dict[str, Any]) -> str:
     else:
         lines.append("leader: none")
     lines += ["", "INSTANCES", f"  {'ID':<28} {'KIND':<9} {'ROLE':<7} {'PID':>7} {'VERSION':<11} "
-              f"{'DIGEST':<12} {'TZDATA':<7}"]
+              f"{'DIGEST':<12} {'TZDATA':<7} {'SKEW':>9}"]
     for i in doc["instances"]:
         lines.append(f"  {safe(i['instance_id'])[:28]:<28} {i['kind']:<9} {i['role']:<7} "
                      f"{i['pid']:>7} {safe(i['version'])[:11]:<11} "
-                     f"{safe(i['schedules_digest'])[:12]:<12} {safe(i['tzdata_version'])[:7]:<7}")
+                     f"{safe(i['schedules_digest'])[:12]:<12} {safe(i['tzdata_version'])[:7]:<7} "
+                     f"{_skew(i['clock_skew_seconds']):>9}")
     if not doc["instances"]:
         lines.append("  (no live instance)")
     for i in doc.get("stopped_instances", []):

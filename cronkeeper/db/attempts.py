@@ -39,13 +39,22 @@ def instances_register_worker(
 
 
 _HEARTBEAT = """
-UPDATE instances SET heartbeat_at = clock_timestamp()
+UPDATE instances SET heartbeat_at = clock_timestamp(),
+    clock_skew_seconds = coalesce(
+        extract(epoch FROM clock_timestamp() - %(local)s::timestamptz)::float8, clock_skew_seconds)
 WHERE cluster = %(cluster)s AND instance_id = %(instance)s
+RETURNING clock_skew_seconds
 """
 
 
-def instances_heartbeat(conn: sa.Connection, *, cluster: str, instance_id: str) -> int:
-    return driver(conn).execute(_HEARTBEAT, {"cluster": cluster, "instance": instance_id}).rowcount
+def instances_heartbeat(
+    conn: sa.Connection, *, cluster: str, instance_id: str, local_now: datetime | None = None,
+) -> float | None:
+    """Refresh a worker's (or relay's) heartbeat; with ``local_now``, the host's clock read just
+    before, also measure its skew (database clock minus host clock) and return it."""
+    params = {"cluster": cluster, "instance": instance_id, "local": local_now}
+    row = driver(conn).execute(_HEARTBEAT, params).fetchone()
+    return None if row is None or local_now is None else row[0]
 
 
 _DEAD_LIST = """

@@ -33,6 +33,7 @@ import signal
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from typing import cast
 
 from cronkeeper import __version__, clock, metrics
@@ -79,6 +80,7 @@ class Relay:
             schedules=tuple(r.schedule_regex for r in config.routes),
         )
         self._stopping = threading.Event()
+        self._skew = 0.0  # database clock minus this host's, at the last heartbeat
         self._rest_until: dict[str, float] = {}
         self._rest = {name: ReconnectBackoff() for name in targets}
         self.rand = random.Random()
@@ -114,8 +116,12 @@ class Relay:
                     self.db.reap_expired(log)
                     next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
                     with self.db.statement("heartbeating the relay") as conn:
-                        db_attempts.instances_heartbeat(conn, cluster=self.cluster,
-                                                        instance_id=self.relay_id)
+                        skew = db_attempts.instances_heartbeat(
+                            conn, cluster=self.cluster, instance_id=self.relay_id,
+                            local_now=clock.wall())
+                    if skew is not None:
+                        self._skew = skew
+                        metrics.current().set_skew(skew)
                 claimed = self._round()
                 if now >= next_serial:
                     next_serial = now + min(cfg.poll_interval, 1.0)
@@ -270,7 +276,7 @@ class Relay:
         for name, batch in batches.items():
             try:
                 found = cast(BatchPublisher, self.targets[name]).publish_many(
-                    [(_relay_job(job), _delivery(route)) for job, route in batch])
+                    [(_relay_job(job, self._skew), _delivery(route)) for job, route in batch])
             except TargetUnavailable as exc:
                 ahead[batch[0][0].id] = exc
                 continue
@@ -311,7 +317,7 @@ class Relay:
             try:
                 if isinstance(done, PublishError):
                     raise done
-                target_id = done if done is not None else target.publish(_relay_job(job),
+                target_id = done if done is not None else target.publish(_relay_job(job, self._skew),
                                                                          _delivery(route))
             except TargetUnavailable as exc:
                 # Not this job's fault: hand it back uncounted and rest the target.
@@ -384,11 +390,15 @@ class Relay:
             self.stats["finished"] += n
 
 
-def _relay_job(job: db.OutboxJob) -> RelayJob:
+def _relay_job(job: db.OutboxJob, skew: float) -> RelayJob:
+    """The target's view of a claimed job; whether it is still to wait is reckoned on the
+    database's clock (this host's plus ``skew``), never on this host's alone."""
+    db_now = clock.wall() + timedelta(seconds=skew)
     return RelayJob(
         id=job.id, key=job.key, schedule=job.schedule, scheduled_for=job.scheduled_for,
         task=job.task, payload=job.payload, attempt=job.attempt, max_attempts=job.max_attempts,
         timeout=job.timeout, run_after=job.run_after, created_at=job.created_at,  # type: ignore[arg-type]
+        due_in=(job.run_after - db_now).total_seconds(),  # type: ignore[operator]
     )
 
 

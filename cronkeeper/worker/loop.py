@@ -363,7 +363,10 @@ class Worker:
                         log.warning("lease lost: job=%d key=%s attempt=%d", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
                 self._unkept = unkept
                 self._lost_said &= {(j.id, j.attempt) for j in held}
-            db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id)
+            skew = db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
+                                                   local_now=clock.wall())
+            if skew is not None:
+                metrics.current().set_skew(skew)
 
     def _time_out_tasks(self, now: float) -> None:
         with self._lock:

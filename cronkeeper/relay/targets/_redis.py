@@ -13,12 +13,11 @@ import difflib
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from cronkeeper import clock
 from cronkeeper.errors import CronkeeperError
-from cronkeeper.relay.targets.base import Delivery, PublishError, TargetUnavailable
+from cronkeeper.relay.targets.base import Delivery, PublishError, RelayJob, TargetUnavailable
 
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 log = logging.getLogger("cronkeeper.relay")
@@ -141,9 +140,13 @@ def unknown_on_failure(target: str, ids: list[str], ask: Callable[[], list[Any]]
         return [Completion.UNKNOWN] * len(ids)
 
 
-def delay_seconds(run_after: datetime) -> float:
-    """How far ``run_after`` lies in the future by the wall clock (0 when due)."""
-    return max(0.0, (run_after - clock.wall()).total_seconds())
+def delay_seconds(job: RelayJob) -> float:
+    """How long ``job`` is still to wait (0 when due): by the database's clock when the relay
+    reckoned it (``due_in``), so that a host clock an hour behind holds no due job back an
+    hour; else by this host's wall clock."""
+    if job.due_in is not None:
+        return max(0.0, job.due_in)
+    return max(0.0, (job.run_after - clock.wall()).total_seconds())
 
 
 def redacted(url: str) -> str:

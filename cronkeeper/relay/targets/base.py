@@ -44,6 +44,9 @@ class RelayJob:
     timeout: float
     run_after: datetime
     created_at: datetime
+    # Seconds until ``run_after`` by the database's clock, as the relay reckons it (its host's
+    # clock plus its measured skew); None: judge ``run_after`` by this host's clock.
+    due_in: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

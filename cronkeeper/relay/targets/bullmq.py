@@ -183,7 +183,7 @@ class BullMQTarget:
         for key in ("attempts", "backoff", "priority"):
             if key in options:
                 opts[key] = options[key]
-        delay = r.delay_seconds(job.run_after)
+        delay = r.delay_seconds(job)
         if delay > 0:
             opts["delay"] = max(1, round(delay * 1000))
         return delivery.queue or self.queue_name, opts

@@ -114,7 +114,7 @@ class RQTarget:
         queue_name, func, call = self._call(job, delivery)
         job_id = call["job_id"]
         queue = self._queue(queue_name)
-        delay = r.delay_seconds(job.run_after)
+        delay = r.delay_seconds(job)
         with r.publishing(self.name, f"enqueue {job_id} on {r.redacted(self.url)}"):
             try:
                 if delay > 0:
@@ -149,7 +149,7 @@ class RQTarget:
             pipe = self._redis.pipeline(transaction=False)
             registered: set[str] = set()
             for i, (job, delivery) in enumerate(items):
-                if parts is None or r.delay_seconds(job.run_after) > 0:
+                if parts is None or r.delay_seconds(job) > 0:
                     one_by_one.append(i)
                     continue
                 try:

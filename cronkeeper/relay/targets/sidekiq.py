@@ -149,7 +149,7 @@ class SidekiqTarget:
     def _encode(self, job: RelayJob, delivery: Delivery, now: datetime) -> tuple[str, str, str, bool]:
         options = r.route_options(self.name, delivery, ROUTE_OPTIONS)
         queue = delivery.queue or self.queue
-        scheduled = job.run_after > now
+        scheduled = r.delay_seconds(job) > 0
         item = job_hash(
             job, queue, retry=options.get("retry", self.retry),
             timestamps=options.get("timestamps", self.timestamps), args=options.get("args"),

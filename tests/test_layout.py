@@ -215,3 +215,14 @@ def test_every_module_that_starts_processes_is_marked_slow():
                       and starts.search(p.read_text()))
     assert unlisted == []
     assert sorted(m for m in SLOW_MODULES if not (tests / f"{m}.py").exists()) == []
+
+
+def test_web_and_operations_import_nothing_from_cli():
+    """cli/ and web/ render what cronkeeper/operations returns; neither layer below the CLI
+    reaches up into it."""
+    offenders = {
+        str(p.relative_to(PACKAGE)): sorted(n for n in imports(p) if n.startswith("cronkeeper.cli"))
+        for p in modules("web", "operations")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert len(modules("operations")) >= 7

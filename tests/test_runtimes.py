@@ -209,7 +209,7 @@ def test_figures_and_advice_in_words():
 
 
 def test_timeout_places_name_the_key_the_table_or_say_where_to_look(tmp_path):
-    from cronkeeper.cli.status import timeout_places
+    from cronkeeper.operations.status import timeout_places
 
     (tmp_path / "jobs.toml").write_text(
         '[with-timeout]\nevery = "1h"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.x"\n'

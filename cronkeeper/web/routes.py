@@ -9,12 +9,12 @@ from typing import Any
 from flask import Flask, Response, abort, g, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from cronkeeper.cli import status as status_cli
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
 from cronkeeper.operations import dlq as dead_letters
 from cronkeeper.operations import explain as period_story
 from cronkeeper.operations import history as audit_history
+from cronkeeper.operations import status as cluster_status
 from cronkeeper.timing import TimingError, parse_instant
 from cronkeeper.web import pages, security
 from cronkeeper.web.context import ctx, login_redirect
@@ -53,7 +53,7 @@ def _json(text: str) -> Response:
 
 def _status_doc() -> dict[str, Any]:
     c = ctx()
-    doc = status_cli.gather(c.engine, c.schema, c.cluster)
+    doc = cluster_status.gather(c.engine, c.schema, c.cluster)
     doc["database"] = c.database
     return doc
 
@@ -182,7 +182,7 @@ def register(app: Flask) -> None:
     # JSON mirrors: the CLI's --format json, byte for byte.
     @app.get("/api/status")
     def api_status():
-        return _json(status_cli.dumps(_status_doc()))
+        return _json(cluster_status.dumps(_status_doc()))
 
     @app.get("/api/history")
     def api_history():

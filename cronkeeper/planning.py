@@ -19,6 +19,7 @@ Rules (§6):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,9 +48,34 @@ class Decision:
     reason: Reason | None = None
 
 
+def key_stamp(scheduled_for: datetime) -> str:
+    """The instant part of an idempotency key, ``YYYY-MM-DDTHH:MM:SSZ`` (``scheduled_for`` is
+    aware UTC). Remembered: a burst's periods share a handful of instants."""
+    return _stamp(scheduled_for)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stamp(scheduled_for: datetime) -> str:
+    return scheduled_for.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def idempotency_key(schedule: str, scheduled_for: datetime) -> str:
-    """``<schedule>@<YYYY-MM-DDTHH:MM:SSZ>`` (§4); ``scheduled_for`` is aware UTC."""
-    return f"{schedule}@{scheduled_for.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    """``<schedule>@<YYYY-MM-DDTHH:MM:SSZ>`` (docs/schedules.md): every job key of a period is
+    made here, or from ``key_stamp`` by the COPY writer (db/scheduling.py), which a test holds
+    equal to this."""
+    return f"{schedule}@{key_stamp(scheduled_for)}"
+
+
+def period_of_key(key: str) -> tuple[str, datetime] | None:
+    """The (schedule, scheduled_for) a period's key names; None for a key that names none (a
+    manual ``trigger``'s ``NAME@manual:...``, an application's own key)."""
+    name, sep, at = key.rpartition("@")
+    if not sep:
+        return None
+    try:
+        return name, datetime.fromisoformat(at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def plan(

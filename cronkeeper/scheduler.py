@@ -22,7 +22,7 @@ from cronkeeper.db import leader as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.errors import CronkeeperError, LeadershipLost
-from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
+from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, key_stamp, plan
 from cronkeeper.schedule.model import (
     Backoff,
     Misfire,
@@ -408,7 +408,7 @@ def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:
     if decision.outcome is not Outcome.EMITTED:
         return None
     at = decision.scheduled_for
-    return at + timedelta(seconds=period_jitter(f"{name}@{_key_stamp(at)}", jitter))
+    return at + timedelta(seconds=period_jitter(idempotency_key(name, at), jitter))
 
 
 def job_columns(spec: ScheduleSpec) -> dbs.JobColumns:
@@ -422,7 +422,7 @@ def claim_group(decision: Decision, job: dbs.JobColumns) -> dbs.ClaimGroup:
     at = decision.scheduled_for
     reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
     emitted = decision.outcome is Outcome.EMITTED
-    return dbs.ClaimGroup(at, _key_stamp(at), decision.outcome.value, reason,
+    return dbs.ClaimGroup(at, key_stamp(at), decision.outcome.value, reason,
                           job if emitted else None)
 
 
@@ -446,7 +446,7 @@ def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.P
     reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
     if decision.outcome is not Outcome.EMITTED:
         return dbs.PeriodRow(spec.name, at, version_id, decision.outcome.value, reason)
-    key = f"{spec.name}@{_key_stamp(at)}"  # idempotency_key(), its instant formatted once
+    key = idempotency_key(spec.name, at)
     return dbs.PeriodRow(
         spec.name, at, version_id, "emitted", reason, key, spec.task_name, spec.payload_json,
         spec.max_attempts,
@@ -477,12 +477,6 @@ class _Memo:
         except KeyError:
             value = self.seen[key] = self.compute(trigger, after)
             return value
-
-
-@functools.lru_cache(maxsize=1024)
-def _key_stamp(scheduled_for: datetime) -> str:
-    """The instant part of ``idempotency_key``: a burst's periods share a handful of instants."""
-    return idempotency_key("", scheduled_for)[1:]
 
 
 @functools.lru_cache(maxsize=256)

@@ -91,3 +91,15 @@ def test_idempotency_key_format():
     assert idempotency_key("nightly-invoices", datetime(2026, 3, 8, 7, tzinfo=UTC)) == (
         "nightly-invoices@2026-03-08T07:00:00Z"
     )
+
+
+def test_a_key_names_its_period_and_a_manual_key_names_none():
+    from cronkeeper.planning import idempotency_key, key_stamp, period_of_key  # noqa: PLC0415
+
+    at = datetime(2026, 3, 8, 7, 0, tzinfo=UTC)
+    key = idempotency_key("nightly-invoices", at)
+    assert key == "nightly-invoices@2026-03-08T07:00:00Z" == f"nightly-invoices@{key_stamp(at)}"
+    assert period_of_key(key) == ("nightly-invoices", at)
+    assert period_of_key("a@b@2026-03-08T07:00:00Z") == ("a@b", at)
+    assert period_of_key("nightly@manual:2026-03-08T07:00:00.123456Z") is None
+    assert period_of_key("no-at-sign") is None

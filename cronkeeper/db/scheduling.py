@@ -263,7 +263,12 @@ def periods_claim_copied(
     the tick's transaction) and the same batches are claimed again by the claim statement,
     whose ``ON CONFLICT`` leaves the taken ones out. Call it inside the tick's transaction.
     ``progress`` is called as each batch of jobs goes out and before a fallback (the stall
-    watchdog's heartbeat; the caller's batches report their own as they are drawn)."""
+    watchdog's heartbeat; the caller's batches report their own as they are drawn).
+
+    A fast path beside its reference, the claim statement (``periods_claim``):
+    ``tests/test_scale.py::test_a_grouped_claim_writes_each_periods_own_columns`` writes the same
+    periods (COPY's escapes included) both ways and holds every row written equal; the job keys
+    it writes are ``planning.idempotency_key``'s, from the same ``key_stamp``."""
     todo = iter(batches)
     sent: list[tuple[ClaimBatch, list[str]]] = []  # each batch with its names escaped
     texts = _GroupTexts(term)

@@ -16,21 +16,12 @@ from cronkeeper.db.attempts import (
 )
 from cronkeeper.db.audit import versions_current_of
 from cronkeeper.errors import CronkeeperError
+from cronkeeper.planning import period_of_key
 from cronkeeper.runtimes import SAMPLE, json_fields, runtime_of
 
 
 def _iso(value: Any) -> Any:
     return value.isoformat().replace("+00:00", "Z") if isinstance(value, datetime) else value
-
-
-def _period_of(key: str) -> tuple[str, datetime] | None:
-    name, sep, at = key.rpartition("@")
-    if not sep:
-        return None
-    try:
-        return name, datetime.fromisoformat(at.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 @overload
@@ -44,7 +35,7 @@ def clean(row: dict[str, Any] | None) -> dict[str, Any] | None:
 def story(conn: Any, key: str) -> dict[str, Any]:
     job = outbox_get_by_key(conn, key)
     period = None
-    parsed = _period_of(key)
+    parsed = period_of_key(key)
     if job is not None and job["schedule"] and job["scheduled_for"]:
         parsed = (job["schedule"], job["scheduled_for"])
     if parsed is not None:

@@ -28,32 +28,11 @@ def worker(database_url, schema):
         proc.wait(10)
 
 
-def test_a_connection_lost_at_commit_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
+def fails_once_then_succeeds(engine, schema, worker, task: str, key: str):
+    """Run ``task`` (a handler that fails its first attempt while being ended) under a real
+    worker until its second attempt succeeds; return the worker and the attempts' rows."""
     with engine.begin() as conn:
-        job = cronkeeper.enqueue(conn, "loses_its_connection", {}, key="lost-at-commit",
-                                 schema=schema, timeout=30.0,
-                                 backoff={"base": 0.1, "factor": 2, "max": 0.5})
-    proc = worker("--lease-margin", "30")
-
-    def state():
-        with engine.connect() as conn:
-            return conn.exec_driver_sql("SELECT state, attempts FROM outbox WHERE id = %(i)s",
-                                        {"i": job}).one()
-    wait_until(lambda: state() == ("succeeded", 2), 30,
-               message="the job to fail its first attempt and succeed on its second")
-    with engine.connect() as conn:
-        first = conn.exec_driver_sql("SELECT outcome, error FROM attempts WHERE job_id = %(i)s"
-                                     " AND attempt = 1", {"i": job}).one()
-    assert first[0] == "retry" and "committing the job's transaction failed" in first[1]
-    proc.terminate()
-    _, err = proc.communicate(timeout=30)
-    assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
-
-
-def test_an_error_while_ending_a_job_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
-    with engine.begin() as conn:
-        job = cronkeeper.enqueue(conn, "rollback_hook_fails", {}, key="hook-refuses-rollback",
-                                 schema=schema, timeout=30.0,
+        job = cronkeeper.enqueue(conn, task, {}, key=key, schema=schema, timeout=30.0,
                                  backoff={"base": 0.1, "factor": 2, "max": 0.5})
     proc = worker("--lease-margin", "30")
 
@@ -67,6 +46,21 @@ def test_an_error_while_ending_a_job_fails_the_attempt_and_the_job_runs_again(en
         rows = conn.exec_driver_sql("SELECT attempt, outcome, error FROM attempts"
                                     " WHERE job_id = %(i)s ORDER BY attempt", {"i": job}).all()
     assert [(a, o) for a, o, _ in rows] == [(1, "retry"), (2, "succeeded")]
+    return proc, rows
+
+
+def test_a_connection_lost_at_commit_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
+    proc, rows = fails_once_then_succeeds(engine, schema, worker, "loses_its_connection",
+                                          "lost-at-commit")
+    assert "committing the job's transaction failed" in rows[0][2]
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
+
+
+def test_an_error_while_ending_a_job_fails_the_attempt_and_the_job_runs_again(engine, schema, worker):
+    proc, rows = fails_once_then_succeeds(engine, schema, worker, "rollback_hook_fails",
+                                          "hook-refuses-rollback")
     assert "internal error ending the job" in rows[0][2]
     assert "the audit hook refused the rollback" in rows[0][2]
     proc.terminate()

@@ -6,7 +6,7 @@ State diagram (one ``Node`` per daemon process)::
                     │ ▲
         connected   │ │ connection lost / lock or term lost / no progress
                     ▼ │       (backoff, then reconnect)
-                 FOLLOWER ── blocked in pg_advisory_lock(key) on the lock session; the
+                 STANDBY ─── blocked in pg_advisory_lock(key) on the lock session; the
                     │         housekeeping thread deposes a leader whose heartbeat is stale
                     │ lock granted
                     ▼
@@ -70,7 +70,7 @@ _SESSION_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, LeadershipLo
 
 class Role(StrEnum):
     CONNECTING = "connecting"
-    FOLLOWER = "standby"
+    STANDBY = "standby"
     LEADER = "leader"
     STOPPED = "stopped"
 
@@ -219,7 +219,7 @@ class Node:
                     "--database-url at PostgreSQL directly (or at a session-pooling port)."
                 )
         self.connected.set()
-        self._set_role(Role.FOLLOWER)
+        self._set_role(Role.STANDBY)
         self._waiting_for_lock = True
         try:
             granted = not self.stopping.is_set() and dbl.lock_wait(conn, self.lock_key)
@@ -359,7 +359,7 @@ class Node:
                 if now >= next_beat:
                     self._instance_heartbeat()
                     next_beat = now + self.options.instance_heartbeat_interval
-                if self.role is Role.FOLLOWER:
+                if self.role is Role.STANDBY:
                     self._depose_stale_leader()
                 elif self.role is Role.LEADER and now - self.last_progress > self.options.stall_timeout:
                     self._step_down_stalled()

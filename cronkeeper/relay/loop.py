@@ -45,7 +45,7 @@ from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.endings import Ending, Kind, next_state
 from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
-from cronkeeper.relay.recorder import Outcome, Recorder
+from cronkeeper.relay.recorder import Recorder, RoundResult
 from cronkeeper.relay.targets.base import (
     BatchPublisher,
     Completion,
@@ -228,7 +228,7 @@ class Relay:
             return 0
         if jobs:
             self.stats["claimed"] += len(jobs)
-            self.recorder.put(Outcome(deferred=[(j, 0.0, "relay stopping") for j in jobs]))
+            self.recorder.put(RoundResult(deferred=[(j, 0.0, "relay stopping") for j in jobs]))
         return 0
 
     def _serial_round(self) -> int:
@@ -287,8 +287,8 @@ class Relay:
             ahead.update((job.id, result) for (job, _), result in zip(batch, found, strict=True))
         return ahead
 
-    def _publish(self, jobs: list[db.OutboxJob], claimed_at: float) -> Outcome:
-        out = Outcome()
+    def _publish(self, jobs: list[db.OutboxJob], claimed_at: float) -> RoundResult:
+        out = RoundResult()
         m = metrics.current()
         # Publish only while the claim's lease is comfortably ahead: past a third of it (a slow
         # broker, a huge batch) the rest goes back uncounted rather than risk another relay

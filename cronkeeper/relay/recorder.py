@@ -21,7 +21,7 @@ log = logging.getLogger("cronkeeper.relay")
 
 
 @dataclass
-class Outcome:
+class RoundResult:
     """One round's results."""
 
     published: list[tuple[db.OutboxJob, str, str, float]] = field(default_factory=list)
@@ -42,9 +42,9 @@ class Recorder:
         self.stats = stats
         # At most one round waits (publishing stops a third into a lease), so no lease runs out
         # in the queue.
-        self.outcomes: queue.Queue[Outcome | None] = queue.Queue(maxsize=1)
+        self.outcomes: queue.Queue[RoundResult | None] = queue.Queue(maxsize=1)
 
-    def put(self, outcome: Outcome) -> None:
+    def put(self, outcome: RoundResult) -> None:
         self.outcomes.put(outcome)
 
     def finish(self) -> None:
@@ -62,7 +62,7 @@ class Recorder:
                           extra={"action": "outcomes_not_recorded"})
         self.db.close_kept()
 
-    def _record(self, out: Outcome) -> None:
+    def _record(self, out: RoundResult) -> None:
         deadline = clock.monotonic() + self.lease / 2
         backoff = ReconnectBackoff(first=0.2, cap=5.0)
         while True:
@@ -77,7 +77,7 @@ class Recorder:
                     return
                 self.stopping.wait(backoff.next())
 
-    def _write(self, out: Outcome) -> None:
+    def _write(self, out: RoundResult) -> None:
         """Each kind in one statement; what was written is dropped from ``out``, so a retry
         after a failure writes only the rest."""
         m = metrics.current()

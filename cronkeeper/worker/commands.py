@@ -35,7 +35,7 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class CommandDecision:
     verdict: Verdict
     reason: str = ""
     spec: ScheduleSpec | None = None
@@ -46,28 +46,28 @@ def decide(
     version_id: int | None,
     version: tuple[str, bool] | None,
     spec: ScheduleSpec | None,
-) -> Decision:
+) -> CommandDecision:
     """``version``: (digest, newest) of the job's schedule version, None when absent."""
     if schedule is None or version_id is None:
-        return Decision(Verdict.REFUSE, "command job without a schedule version: commands run "
+        return CommandDecision(Verdict.REFUSE, "command job without a schedule version: commands run "
                         "only from the worker's own schedule files")
     if version is None:
-        return Decision(Verdict.REFUSE, f"schedule version {version_id} of {schedule!r} does not "
+        return CommandDecision(Verdict.REFUSE, f"schedule version {version_id} of {schedule!r} does not "
                         "exist in schedule_versions")
     digest, newest = version
     if spec is None:
-        return Decision(Verdict.REFUSE, f"schedule {schedule!r} is unknown to this worker (job "
+        return CommandDecision(Verdict.REFUSE, f"schedule {schedule!r} is unknown to this worker (job "
                         f"version {digest[:12]}): not in its --schedules files")
     if spec.command is None:
-        return Decision(Verdict.REFUSE, f"schedule {schedule!r} is a task schedule in this "
+        return CommandDecision(Verdict.REFUSE, f"schedule {schedule!r} is a task schedule in this "
                         "worker's files, not a command")
     if spec.digest == digest:
-        return Decision(Verdict.RUN, spec=spec)
+        return CommandDecision(Verdict.RUN, spec=spec)
     if newest:
-        return Decision(Verdict.WAIT, f"job needs version {digest[:12]} of {schedule!r}, the "
+        return CommandDecision(Verdict.WAIT, f"job needs version {digest[:12]} of {schedule!r}, the "
                         f"newest; this worker has {spec.digest[:12]}: waiting for its schedule "
                         "files to be updated")
-    return Decision(Verdict.REFUSE, f"job's version {digest[:12]} of {schedule!r} has been "
+    return CommandDecision(Verdict.REFUSE, f"job's version {digest[:12]} of {schedule!r} has been "
                     f"superseded; this worker has version {spec.digest[:12]}")
 
 

@@ -58,14 +58,14 @@ def run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class CoroutineResult:
     value: Any = None
     error: BaseException | None = None
     timed_out: bool = False
     stuck: bool = False  # ignored its cancellation for ``grace`` seconds; its loop was dropped
 
 
-def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None, grace: float) -> Outcome:
+def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None, grace: float) -> CoroutineResult:
     """Run ``coro`` on this thread's loop; past ``timeout`` cancel it (and wait ``grace``)."""
     loop = thread_loop()
     task = loop.create_task(coro)
@@ -84,11 +84,11 @@ def run_coroutine(coro: Coroutine[Any, Any, Any], timeout: float | None, grace: 
     if timed_out or stuck:
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: no "exception was never retrieved" noise
-        return Outcome(timed_out=True, stuck=stuck)
+        return CoroutineResult(timed_out=True, stuck=stuck)
     if task.cancelled():
-        return Outcome(error=asyncio.CancelledError("the handler's task was cancelled"))
+        return CoroutineResult(error=asyncio.CancelledError("the handler's task was cancelled"))
     error = task.exception()
-    return Outcome(error=error) if error is not None else Outcome(value=task.result())
+    return CoroutineResult(error=error) if error is not None else CoroutineResult(value=task.result())
 
 
 def _cancel_leftovers(loop: asyncio.AbstractEventLoop, main: asyncio.Task, grace: float) -> bool:

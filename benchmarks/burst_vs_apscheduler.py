@@ -27,7 +27,7 @@ cronkeeper runs at its defaults but one, ``--metrics-address off`` (the test har
 observing a burst of 100,000 with metrics on costs the leader about 0.4 s more CPU,
 docs/operations.md). Defaults and tuned are the same run here: no option changes how a burst is
 written (a tick's size is a constant; ticks of 10,000 instead of 5,000 measured no gain,
-docs/guarantees.md "Third pass").
+docs/performance.md, "third pass").
 
     .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
     .venv/bin/python benchmarks/burst_vs_apscheduler.py [10000 100000 | --schedules 10000 100000]

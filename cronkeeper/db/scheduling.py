@@ -255,7 +255,7 @@ def periods_claim_copied(
 ) -> list[tuple[ClaimBatch, list[Claim]]]:
     """``periods_claim_pipelined``'s result, written by two ``COPY``s (periods, then the jobs of
     the emitted ones), which cost the server and the leader each about a quarter less per
-    period than the claim statement (docs/guarantees.md, "Third pass"): no array to bind or
+    period than the claim statement (docs/performance.md, "third pass"): no array to bind or
     unpack, no ``ON CONFLICT`` check before each insert, no join of periods to jobs; each batch
     streams to the server as it is planned. It is the common case, a leader deciding
     periods nobody has decided, made cheap; the unique constraints still decide: a period or a

@@ -387,8 +387,9 @@ class DatabaseCollector(Collector):
         when a version was recorded since (versions are only appended). Parsing every stored
         spec was most of a scrape's cost; this keeps about 200 B per schedule (triggers are
         shared), not the parsed specs (1.4 KiB each)."""
-        from cronkeeper.db import audit as dba
         from cronkeeper.db import dashboard as dbd
+        from cronkeeper.db import scheduling as dbs
+        from cronkeeper.db.engine import driver
         from cronkeeper.schedule.model import read_stored_version
 
         stamp = dbd.versions_stamp(conn)
@@ -396,7 +397,8 @@ class DatabaseCollector(Collector):
             if stamp == self._versions_stamp:
                 return self._current
         current: dict[str, _Current] = {}
-        for version_id, name, data, active_from in dba.versions_current(conn):
+        for row in dbs.versions_in_force(driver(conn)):
+            version_id, name, data, active_from = row.id, row.schedule, row.spec, row.active_from
             if data is None:
                 continue  # removed
             try:
@@ -455,13 +457,15 @@ class DatabaseCollector(Collector):
         and log each newly missing period at warning."""
         from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
         from cronkeeper.db import audit as dba
+        from cronkeeper.db import scheduling as dbs
+        from cronkeeper.db.engine import driver
 
         missing: dict[tuple[str, str], int] = {}
         try:
             with self.engine.connect() as conn:
                 now = dba.session_utc(conn)
                 since = now - AUDIT_WINDOW
-                names = [row[1] for row in dba.versions_current(conn)]
+                names = [row.schedule for row in dbs.versions_in_force(driver(conn))]
                 for i in range(0, len(names), AUDIT_CHUNK):
                     chunk = names[i:i + AUDIT_CHUNK]
                     versions = {}

@@ -42,18 +42,6 @@ def versions_all(
     ).fetchall()
 
 
-def versions_current(
-    conn: sa.Connection | psycopg.Connection,
-) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
-    """The newest version of every schedule (spec None: removed)."""
-    return driver(conn).execute(
-        """
-        SELECT DISTINCT ON (schedule) id, schedule, spec, active_from
-        FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
-        """
-    ).fetchall()
-
-
 # A schedule's recorded periods with their jobs, shaped as ``audit.Record`` (after the
 # schedule's name when {name} is "p.schedule,"): instants as Unix seconds, in binary.
 _PERIOD_RECORDS = """
@@ -256,17 +244,6 @@ def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -
     if row is None:
         return None
     return dict(zip([d.name for d in cur.description or ()], row, strict=True))
-
-
-def lock_held(conn: sa.Connection | psycopg.Connection, classid: int, objid: int) -> bool:
-    """True when some session holds the advisory lock (bigint key split as pg_locks shows it)."""
-    return bool(one_row(driver(conn).execute(
-        """
-        SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = %s
-                       AND objid = %s AND objsubid = 1 AND granted)
-        """,
-        (classid, objid),
-    ))[0])
 
 
 def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:

@@ -3,7 +3,6 @@ connection in autocommit mode, so each statement's transaction is explicit)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
@@ -11,8 +10,10 @@ from sqlalchemy.engine import URL
 
 from cronkeeper.db.engine import (
     SERVER_KEEPALIVES,
+    Connection,
     check_schema_name,
     conninfo,
+    driver,
     lock_key_parts,
     one_row,
 )
@@ -23,17 +24,6 @@ _HOLDS_LOCK = """
             WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s
               AND objsubid = 1 AND granted AND pid = pg_backend_pid())
 """
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderRow:
-    term: int
-    instance_id: str
-    backend_pid: int
-    since: datetime
-    heartbeat_at: datetime
-    released_at: datetime | None
-    stale_seconds: float
 
 
 def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connection:
@@ -118,18 +108,6 @@ def leadership_release(conn: psycopg.Connection, cluster: str, term: int) -> Non
     )
 
 
-def leadership_get(conn: psycopg.Connection, cluster: str) -> LeaderRow | None:
-    row = conn.execute(
-        """
-        SELECT term, instance_id, backend_pid, since, heartbeat_at, released_at,
-               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8
-        FROM leadership WHERE cluster = %s
-        """,
-        (cluster,),
-    ).fetchone()
-    return LeaderRow(*row) if row else None
-
-
 def leader_depose_stale(
     conn: psycopg.Connection, cluster: str, key: int, stale_after: float
 ) -> int | None:
@@ -156,9 +134,10 @@ def leader_depose_stale(
     return row[0] if row and row[1] else None
 
 
-def lock_holder_pid(conn: psycopg.Connection, key: int) -> int | None:
+def lock_holder_pid(conn: psycopg.Connection | Connection, key: int) -> int | None:
+    """The backend that holds advisory lock ``key`` (the leader's session), or None."""
     classid, objid = lock_key_parts(key)
-    row = conn.execute(
+    row = driver(conn).execute(
         """
         SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s
           AND objsubid = 1 AND granted

@@ -38,7 +38,8 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         versions_from_rows,
     )
     from cronkeeper.db import audit as dba
-    from cronkeeper.db.engine import leader_lock_key, lock_key_parts, translate_errors
+    from cronkeeper.db.engine import leader_lock_key, translate_errors
+    from cronkeeper.db.leader import lock_holder_pid
     from cronkeeper.errors import UnreadableVersion
     from cronkeeper.operations.leadership import leads
 
@@ -52,7 +53,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         lead = dba.leadership_current(conn, cluster)
         instances = dba.instances_live(conn, cluster, live_within)
         stopped = dba.instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
-        held = dba.lock_held(conn, *lock_key_parts(key))
+        held = lock_holder_pid(conn, key) is not None
         problems: list[str] = []
         try:
             versions = versions_from_rows(dba.versions_all(conn))

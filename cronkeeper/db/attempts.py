@@ -1,5 +1,5 @@
-"""Statements behind the worker's bookkeeping and the operator commands: worker instances,
-attempts, dead letters (``dlq``) and one period's story (``explain``)."""
+"""Statements behind the worker's bookkeeping and the operator commands: attempts, dead letters
+(``dlq``) and one period's story (``explain``). (Worker and relay instances: db/instances.py.)"""
 
 from __future__ import annotations
 
@@ -12,50 +12,6 @@ from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver
 from cronkeeper.db.wake import wake
-
-_REGISTER = """
-INSERT INTO instances (cluster, instance_id, kind, host, pid, version, schedules_digest,
-                       tzdata_version, role)
-VALUES (%(cluster)s, %(instance)s, %(kind)s, %(host)s, %(pid)s, %(version)s, %(digest)s,
-        %(tzdata)s, %(kind)s)
-ON CONFLICT (cluster, instance_id) DO UPDATE
-SET kind = EXCLUDED.kind, role = EXCLUDED.role, host = EXCLUDED.host, pid = EXCLUDED.pid,
-    version = EXCLUDED.version, schedules_digest = EXCLUDED.schedules_digest,
-    tzdata_version = EXCLUDED.tzdata_version, started_at = clock_timestamp(),
-    heartbeat_at = clock_timestamp()
-"""
-
-
-def instances_register_worker(
-    conn: sa.Connection, *, cluster: str, instance_id: str, host: str, pid: int,
-    version: str, schedules_digest: str, tzdata_version: str, kind: str = "worker",
-) -> None:
-    """Register a worker (or, ``kind="relay"``, a relay: its digest is its config file's)."""
-    params = {
-        "cluster": cluster, "instance": instance_id, "host": host, "pid": pid,
-        "version": version, "digest": schedules_digest, "tzdata": tzdata_version, "kind": kind,
-    }
-    driver(conn).execute(_REGISTER, params)
-
-
-_HEARTBEAT = """
-UPDATE instances SET heartbeat_at = clock_timestamp(),
-    clock_skew_seconds = coalesce(
-        extract(epoch FROM clock_timestamp() - %(local)s::timestamptz)::float8, clock_skew_seconds)
-WHERE cluster = %(cluster)s AND instance_id = %(instance)s
-RETURNING clock_skew_seconds
-"""
-
-
-def instances_heartbeat(
-    conn: sa.Connection, *, cluster: str, instance_id: str, local_now: datetime | None = None,
-) -> float | None:
-    """Refresh a worker's (or relay's) heartbeat; with ``local_now``, the host's clock read just
-    before, also measure its skew (database clock minus host clock) and return it."""
-    params = {"cluster": cluster, "instance": instance_id, "local": local_now}
-    row = driver(conn).execute(_HEARTBEAT, params).fetchone()
-    return None if row is None or local_now is None else row[0]
-
 
 _DEAD_LIST = """
 SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,

@@ -38,7 +38,7 @@ from typing import cast
 
 from cronkeeper import __version__, clock, metrics
 from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
-from cronkeeper.db import attempts as db_attempts
+from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
 from cronkeeper.db.engine import Engine, serial_lock_key
@@ -116,7 +116,7 @@ class Relay:
                     self.db.reap_expired(log)
                     next_reap = now + max(0.2, min(5.0, cfg.lease / 4))
                     with self.db.statement("heartbeating the relay") as conn:
-                        skew = db_attempts.instances_heartbeat(
+                        skew = db_instances.instances_heartbeat_holder(
                             conn, cluster=self.cluster, instance_id=self.relay_id,
                             local_now=clock.wall())
                     if skew is not None:
@@ -161,7 +161,7 @@ class Relay:
 
         def register(conn) -> None:
             db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
-            db_attempts.instances_register_worker(
+            db_instances.instances_register_holder(
                 conn, cluster=self.cluster, instance_id=self.relay_id,
                 host=socket.gethostname(), pid=os.getpid(), version=__version__,
                 schedules_digest=self.config.digest, tzdata_version=tzdata_version(),

@@ -26,7 +26,7 @@ import threading
 
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
-from cronkeeper.db import attempts as db_attempts
+from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox as db
 from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.errors import DatabaseError
@@ -156,7 +156,7 @@ class Worker:
 
         cfg = self.config
         self.db.until_done("registering the worker", self._stopping,
-                           lambda conn: db_attempts.instances_register_worker(
+                           lambda conn: db_instances.instances_register_holder(
                                conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
                                host=socket.gethostname(), pid=_pid(), version=cfg.version,
                                schedules_digest=cfg.schedules_digest,
@@ -363,7 +363,7 @@ class Worker:
                         log.warning("lease lost: job=%d key=%s attempt=%d", job.id, job.key, job.attempt, extra={"action": "lease_lost"})
                 self._unkept = unkept
                 self._lost_said &= {(j.id, j.attempt) for j in held}
-            skew = db_attempts.instances_heartbeat(conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
+            skew = db_instances.instances_heartbeat_holder(conn, cluster=cfg.cluster, instance_id=cfg.worker_id,
                                                    local_now=clock.wall())
             if skew is not None:
                 metrics.current().set_skew(skew)

@@ -143,7 +143,7 @@ def replay(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]]
     try:
         for statement in drop:
             conn.execute(statement)
-        backend = dbl.backend_pid(conn)
+        backend = dbl.backend_pid_now(conn)
         cpu = cpu_seconds(backend)
         commits = 0.0
         start = time.perf_counter()
@@ -216,7 +216,7 @@ def main() -> None:
         while dbs.db_now(conn) < due:
             time.sleep(0.05)
         decided = 0
-        backend = dbl.backend_pid(conn)
+        backend = dbl.backend_pid_now(conn)
         server_cpu = cpu_seconds(backend)
         kept: list[tuple[str, list[bytes | str]]] = []
         ticks: list[list[tuple[str, list[bytes | str]]]] = []

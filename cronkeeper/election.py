@@ -209,7 +209,7 @@ class Node:
     def _one_session(self) -> None:
         conn = dbl.lock_connect(self.url, self.schema, f"cronkeeper-lock:{self.instance_id}")
         self._conn = conn
-        self._lock_pid = dbl.backend_pid(conn)
+        self._lock_pid = dbl.backend_pid_now(conn)
         with dbl.lock_connect(self.url, self.schema, "cronkeeper-probe") as probe:
             if not dbl.session_is_pinned(conn, probe):
                 raise PoolerDetected(

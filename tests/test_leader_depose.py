@@ -36,7 +36,7 @@ def _record(conn: psycopg.Connection, cluster: str, pid: int, since: datetime) -
 
 def test_a_stale_leader_is_deposed(sessions, cluster) -> None:
     holder, standby, key = sessions
-    pid = dbl.backend_pid(holder)
+    pid = dbl.backend_pid_now(holder)
     # won after its backend started, silent for an hour: the frozen leader itself
     start = standby.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = %s",
                             (pid,)).fetchone()[0]  # fmt: skip
@@ -51,7 +51,7 @@ def test_a_newer_backend_with_the_recorded_pid_is_left_alone(sessions, cluster) 
     that pid started after that, so it is not that leader (a just-won leader after a failover
     whose pid repeats the old one's): it must not be terminated."""
     holder, standby, key = sessions
-    pid = dbl.backend_pid(holder)
+    pid = dbl.backend_pid_now(holder)
     now = standby.execute("SELECT clock_timestamp()").fetchone()[0]
     _record(standby, cluster, pid, now - timedelta(hours=1))
     assert dbl.leader_depose_stale(standby, cluster, key, stale_after=10) is None

@@ -36,7 +36,10 @@ def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connec
     )
 
 
-def backend_pid(conn: psycopg.Connection) -> int:
+def backend_pid_now(conn: psycopg.Connection) -> int:
+    """The backend serving this transaction, asked of the server: behind a transaction-pooling
+    proxy it can differ from transaction to transaction (``session_is_pinned``), unlike the
+    pid libpq learnt at connect (``db.sessions.backend_pid``)."""
     return one_row(conn.execute("SELECT pg_backend_pid()"))[0]
 
 
@@ -160,9 +163,9 @@ def session_is_pinned(conn: psycopg.Connection, probe: psycopg.Connection) -> bo
     transaction open in between: through a proxy it is given the backend the first one just
     used, or the first one is moved to another; on a direct connection neither can happen."""
     with conn.transaction():
-        first = backend_pid(conn)
+        first = backend_pid_now(conn)
     with probe.transaction():
-        other = backend_pid(probe)
+        other = backend_pid_now(probe)
         with conn.transaction():
-            second = backend_pid(conn)
+            second = backend_pid_now(conn)
     return first == second and other != first

@@ -101,7 +101,7 @@ WHERE pid = %(pid)s AND application_name = %(app)s
 """
 
 
-def backend_terminate(conn: sa.Connection, pid: int, wait_ms: int = 5000) -> bool:
+def handler_session_terminate(conn: sa.Connection, pid: int, wait_ms: int = 5000) -> bool:
     """End a handler process's session and wait (up to ``wait_ms``) until it is gone, its
     transaction rolled back; False when it had already ended (or outlived the wait). Only a
     session of a handler process: a pid the server has since given to another client's

@@ -296,12 +296,12 @@ class ProcessPool:
 
 def end_session(db: Any) -> Any:
     """A callable that ends a killed handler's database session (its transaction rolls back)."""
-    from cronkeeper.db.sessions import backend_terminate
+    from cronkeeper.db.sessions import handler_session_terminate
 
     def end(pid: int) -> None:
         try:
             with db.transaction("ending a killed handler's database session") as conn:
-                backend_terminate(conn, pid)
+                handler_session_terminate(conn, pid)
         except DatabaseError:
             pass  # the server still rolls it back when it notices the closed socket
 

@@ -54,8 +54,11 @@ CRONKEEPER = str(Path(sys.executable).with_name("cronkeeper"))
 
 
 # -- waiting ----------------------------------------------------------------------------------------
-def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.02) -> T:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``."""
+def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.02, *,
+             alive: subprocess.Popen | None = None) -> T:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout``,
+    or at once when ``alive`` (a process the condition depends on) has exited. The one polling
+    helper of the tests (``handlers_for_tests.wait_until`` and the relay tests use it)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while True:
@@ -65,6 +68,8 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
                 return value
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             last_error = exc  # the database may be restarting: keep polling
+        if alive is not None and alive.poll() is not None:
+            raise AssertionError(f"{what}: the process exited ({alive.returncode}) first")
         if time.monotonic() >= deadline:
             extra = f" (last error: {last_error})" if last_error else ""
             raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what}{extra}")

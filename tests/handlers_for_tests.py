@@ -175,15 +175,10 @@ def spawn_worker(database_url: str, schema: str, *args: str, cluster: str = "def
 
 
 def wait_until(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = ""):
-    """Poll an observable condition (rows in the database) until it holds, or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
-        time.sleep(interval)
+    """``daemon_harness.wait_for`` with this module's older argument order (worker tests)."""
+    from daemon_harness import wait_for
+
+    return wait_for(predicate, timeout, message or "the condition", interval)
 
 
 def _command_schedule_fixture():

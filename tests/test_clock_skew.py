@@ -50,8 +50,7 @@ from daemon_harness import (
     write_schedules,
 )
 from handlers_for_tests import q, spawn_worker
-from relay_helpers import put, spawn_relay, stop, write_config
-from relay_support import private_redis, unique_name  # noqa: F401 - private_redis is a fixture
+from relay_helpers import private_redis, put, spawn_relay, stop, unique, write_config  # noqa: F401 - private_redis is a fixture
 from test_relay_rq import relay_config
 
 TESTS = Path(__file__).parent
@@ -346,7 +345,7 @@ def test_a_relay_an_hour_behind_publishes_a_due_job_at_once(
     """A job the database holds due is due: a relay whose clock is an hour behind hands it to
     RQ's queue at once, not to RQ's scheduler for an hour later (as judging ``run_after`` by its
     own clock would; BullMQ's relative ``delay`` would hold it back that hour, too)."""
-    queue = unique_name("rq")
+    queue = unique("rq")
     config = write_config(tmp_path, relay_config(private_redis.url, queue))
     relay_id = f"relay-{uuid.uuid4().hex[:6]}"
     proc = spawn_relay(database_url, schema, config, relay_id=relay_id, env=faked_env(offset="-1h"))

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from relay_support import (  # noqa: F401 - private_redis is a fixture
+from relay_helpers import (  # noqa: F401 - private_redis is a fixture
     NodeWorker,
     effects,
     private_redis,
     relay_job,
-    unique_name,
+    unique,
     wait_for,
 )
 
@@ -70,7 +70,7 @@ def ran(tmp_path) -> list[tuple[str, dict]]:
 
 
 def test_every_published_job_runs_once_on_a_real_node_worker(make_target, start_worker, tmp_path):
-    queue = unique_name("bq")
+    queue = unique("bq")
     target = make_target(queue=queue)
     start_worker(queue)
     jobs = [relay_job("every-second", n, task="record", payload={"n": n}) for n in range(6)]
@@ -87,7 +87,7 @@ def test_a_duplicate_job_id_is_detected_and_absorbed(make_target, start_worker, 
                                                      private_redis):  # noqa: F811
     """The relay's crash window: the same job published again (its second claim), before it ran
     and after it completed. BullMQ keeps the one job; the target counts the duplicates."""
-    queue = unique_name("bq")
+    queue = unique("bq")
     target = make_target(queue=queue)
     job = relay_job("crashy", 1, task="record")
     again = dataclasses.replace(job, attempt=2)
@@ -111,7 +111,7 @@ def test_a_duplicate_job_id_is_detected_and_absorbed(make_target, start_worker, 
 
 
 def test_status_follows_the_job_through_active_failed_and_unknown(make_target, start_worker):
-    queue = unique_name("bq")
+    queue = unique("bq")
     target = make_target(queue=queue)
     start_worker(queue)
     slow = target.publish(relay_job("slow", 1, task="record", payload={"sleep": 2}), Delivery())
@@ -123,7 +123,7 @@ def test_status_follows_the_job_through_active_failed_and_unknown(make_target, s
 
 
 def test_future_run_after_is_a_delay_and_another_queue_is_found_again(make_target, private_redis):  # noqa: F811
-    default, other = unique_name("bq"), unique_name("bq-other")
+    default, other = unique("bq"), unique("bq-other")
     target = make_target(queue=default, prefix="ckbull")
     later = relay_job("later", 1, task="record", run_after=datetime.now(UTC) + timedelta(hours=1))
     target_id = target.publish(later, Delivery(queue=other))
@@ -136,7 +136,7 @@ def test_future_run_after_is_a_delay_and_another_queue_is_found_again(make_targe
 
 
 def test_redis_restarted_mid_run_loses_nothing(make_target, start_worker, private_redis, tmp_path):  # noqa: F811
-    queue = unique_name("bq")
+    queue = unique("bq")
     target = make_target(queue=queue, socket_timeout=2)
     start_worker(queue)
     first = relay_job("outage", 1, task="record")
@@ -188,7 +188,7 @@ def test_keep_completed_below_a_relay_lease_is_refused(private_redis):  # noqa: 
 
 def test_publish_many_adds_in_bulk_counts_duplicates_and_reports_a_bad_option(
         make_target, private_redis):  # noqa: F811
-    queue = unique_name("bq")
+    queue = unique("bq")
     target = make_target(queue=queue)
     jobs = [relay_job("bulk", n, task="record") for n in range(4)]
     target.publish(jobs[0], Delivery())

@@ -12,15 +12,17 @@ import pytest
 import sqlalchemy as sa
 from conftest import scalar
 from handlers_for_tests import wait_until
-from relay_helpers import RelayThread, put, write_config
-from relay_support import (  # noqa: F401 - private_redis is a fixture
+from relay_helpers import (  # noqa: F401 - private_redis is a fixture
+    RelayThread,
     consumer_env,
     effects,
     private_redis,
+    put,
     relay_job,
     rq_worker,
-    unique_name,
+    unique,
     wait_for,
+    write_config,
 )
 
 from cronkeeper.relay.targets import rq as rq_target
@@ -51,7 +53,7 @@ def target(private_redis):  # noqa: F811
 
 
 def test_every_published_job_runs_once_on_a_real_worker(target, private_redis, tmp_path):  # noqa: F811
-    queue = unique_name("rq")
+    queue = unique("rq")
     out = tmp_path / "effects"
     jobs = [relay_job("every-minute", n, payload={"n": n, "region": "us"}) for n in range(5)]
     ids = [target.publish(job, Delivery(queue=queue)) for job in jobs]
@@ -69,7 +71,7 @@ def test_every_published_job_runs_once_on_a_real_worker(target, private_redis, t
 def test_a_republish_of_the_same_job_is_absorbed_by_unique(target, private_redis, tmp_path):  # noqa: F811
     """The relay's crash window: published, not marked, published again with the same id. RQ
     refuses the duplicate (unique=True) before the job ran and after it finished."""
-    queue = unique_name("rq")
+    queue = unique("rq")
     out = tmp_path / "effects"
     job = relay_job("crashy", 1)
     first = target.publish(job, Delivery(queue=queue))
@@ -82,7 +84,7 @@ def test_a_republish_of_the_same_job_is_absorbed_by_unique(target, private_redis
 
 
 def test_status_reports_failure_and_forgets_what_rq_expired(target, private_redis, tmp_path):  # noqa: F811
-    queue = unique_name("rq")
+    queue = unique("rq")
     bad = relay_job("broken", 1, task="relay_consumers:fail")
     failed_id = target.publish(bad, Delivery(queue=queue))
     run_worker(private_redis.url, queue, tmp_path / "effects")
@@ -104,7 +106,7 @@ def test_status_reports_failure_and_forgets_what_rq_expired(target, private_redi
 
 
 def test_run_after_in_the_future_goes_to_rqs_scheduler(target, private_redis):  # noqa: F811
-    queue = unique_name("rq")
+    queue = unique("rq")
     later = relay_job("deferred", 1, run_after=datetime.now(UTC) + timedelta(hours=1))
     job_id = target.publish(later, Delivery(queue=queue))
     client = private_redis.client()
@@ -118,7 +120,7 @@ def test_run_after_in_the_future_goes_to_rqs_scheduler(target, private_redis):  
 def test_redis_down_fails_the_publish_and_a_retry_after_restart_loses_nothing(
     target, private_redis, tmp_path  # noqa: F811
 ):
-    queue = unique_name("rq")
+    queue = unique("rq")
     out = tmp_path / "effects"
     first_id = target.publish(relay_job("outage", 1), Delivery(queue=queue))
     run_worker(private_redis.url, queue, out)
@@ -179,7 +181,7 @@ def test_publish_many_saves_each_job_exactly_as_enqueue_call_does(private_redis)
     batch = rq_target.build("rq-batch", {"kind": "rq",
                                          "redis": private_redis.url.replace("/0", "/1")})
     try:
-        queue = unique_name("rq")
+        queue = unique("rq")
         jobs = [relay_job("same", 1, payload={"n": 1, "region": "eu"}),
                 relay_job("same", 2, timeout=0)]  # no timeout: RQ's default
         routes = [Delivery(queue=queue, options=(("result_ttl", 600), ("at_front", True))),
@@ -218,7 +220,7 @@ def test_publish_many_lands_each_job_once_and_fails_a_broken_one_alone(
     option, a task RQ cannot import, a job whose queue key Redis refuses (WRONGTYPE inside RQ's
     script) and one due later (``enqueue_at``). Each gets its own outcome; the good ones run
     once each on a real worker."""
-    queue, broken = unique_name("rq"), unique_name("rq-broken")
+    queue, broken = unique("rq"), unique("rq-broken")
     client = private_redis.client()
     client.set(f"rq:queue:{broken}", "not a list")
     jobs = [relay_job("batch", n) for n in range(7)]
@@ -255,7 +257,7 @@ def test_publish_many_loads_the_script_again_when_redis_lost_it(target, private_
     """The batch sends RQ's script by SHA only; after SCRIPT FLUSH (or a Redis restart) Redis
     answers NOSCRIPT, which ran nothing: the target loads the script and sends those jobs
     again, and each lands once."""
-    queue = unique_name("rq")
+    queue = unique("rq")
     client = private_redis.client()
     first = [relay_job("flushed", n) for n in range(3)]
     assert target.publish_many([(j, Delivery(queue=queue)) for j in first]) == [
@@ -271,7 +273,7 @@ def test_publish_many_loads_the_script_again_when_redis_lost_it(target, private_
 def test_publish_many_with_redis_down_fails_as_a_whole_and_loses_nothing(
     target, private_redis, tmp_path  # noqa: F811
 ):
-    queue = unique_name("rq")
+    queue = unique("rq")
     jobs = [relay_job("outage-batch", n) for n in range(3)]
     assert target.publish_many([(jobs[0], Delivery(queue=queue))]) == [rq_job_id(jobs[0].key)]
     private_redis.stop()
@@ -289,7 +291,7 @@ def test_publish_many_goes_one_by_one_on_an_rq_without_the_script(target, privat
     """What an RQ release without ``rq.scripts``' pieces gets: every job through
     ``enqueue_call``, the same outcomes."""
     target._parts = None
-    queue = unique_name("rq")
+    queue = unique("rq")
     jobs = [relay_job("fallback", n) for n in range(3)]
     target.publish(jobs[1], Delivery(queue=queue))
     results = target.publish_many([(j, Delivery(queue=queue)) for j in jobs]
@@ -304,7 +306,7 @@ def relay_config(url: str, queue: str, *, first_route: str = "") -> str:
     """A relay with one RQ target ``t`` (default queue ``queue``): ``first_route`` (TOML), then
     every ``relay_consumers`` task to ``t``."""
     return f"""
-name = "{unique_name('relay')}"
+name = "{unique('relay')}"
 lease = "30s"
 poll_interval = "0.05s"
 status_interval = "0.2s"
@@ -326,7 +328,7 @@ def test_a_relay_round_marks_the_jobs_redis_took_and_retries_the_one_it_refused(
     """The relay loop over the batch path: one round of twelve jobs, one of them routed to a
     queue Redis refuses (WRONGTYPE inside RQ's script). The eleven are marked published, each in
     RQ once; the one is a failed attempt, back to available with its error, not published."""
-    queue, broken = unique_name("rq"), unique_name("rq-broken")
+    queue, broken = unique("rq"), unique("rq-broken")
     client = private_redis.client()
     client.set(f"rq:queue:{broken}", "not a list")
     keys = [f"round@2026-03-08T07:{n:02d}:00Z" for n in range(12)]
@@ -381,14 +383,14 @@ def test_jobs_a_batch_landed_are_marked_even_when_another_found_the_target_down(
     from cronkeeper.cli.relay import load_config
     from cronkeeper.relay.loop import Relay
 
-    queue = unique_name("rq")
+    queue = unique("rq")
     keys = [f"rest@2026-03-08T07:{n:02d}:00Z" for n in range(6)]
     for n, key in enumerate(keys):
         put(engine, schema, "relay_consumers.record", {"n": n}, key=key)
     config = load_config(write_config(tmp_path, relay_config(private_redis.url, queue)))
     target = _UnreachableForOne("t", {"kind": "rq", "redis": private_redis.url, "queue": queue},
                                 fail_key=keys[2])
-    relay = Relay(engine, config, {"t": target}, relay_id=unique_name("relay"), schema=schema)
+    relay = Relay(engine, config, {"t": target}, relay_id=unique("relay"), schema=schema)
     thread = threading.Thread(target=relay.run, daemon=True)
     thread.start()
     try:

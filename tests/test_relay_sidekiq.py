@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from relay_support import (  # noqa: F401 - private_redis is a fixture
+from relay_helpers import (  # noqa: F401 - private_redis is a fixture
     SidekiqServer,
     effects,
     private_redis,
     relay_job,
-    unique_name,
+    unique,
     wait_for,
 )
 
@@ -40,7 +40,7 @@ def start_sidekiq(private_redis, tmp_path) -> Iterator:  # noqa: F811
         servers.append(server)
         client = private_redis.client()
         wait_for(lambda: client.scard("processes") >= 1, 120, "sidekiq to register",
-                 proc=server.proc)
+                 alive=server.proc)
         return server
 
     yield start
@@ -65,7 +65,7 @@ def ran(tmp_path) -> list[tuple[str, list]]:
 
 
 def test_every_published_job_runs_on_a_real_sidekiq_server(target, start_sidekiq, tmp_path):
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     jobs = [relay_job("every-second", n, task="RecordJob", payload={"n": n, "region": "eu"})
             for n in range(6)]
@@ -81,7 +81,7 @@ def test_every_published_job_runs_on_a_real_sidekiq_server(target, start_sidekiq
 def test_republished_jid_is_skipped_by_the_middleware(target, start_sidekiq, tmp_path):
     """The relay's crash window, twice: a copy published while the first one runs, and one after
     it finished. The middleware's dedupe recipe runs the jid once."""
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     job = relay_job("crashy", 1, task="RecordJob", payload={"sleep": 1.5})
     jid = target.publish(job, Delivery(queue=queue))
@@ -101,7 +101,7 @@ def test_without_the_middleware_sidekiq_runs_every_copy_and_status_is_unknown(
     target, start_sidekiq, tmp_path
 ):
     """What the docs warn about: Sidekiq itself does not dedupe by jid."""
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue, middleware=False)
     job = relay_job("no-middleware", 1, task="RecordJob")
     jid = target.publish(job, Delivery(queue=queue))
@@ -112,7 +112,7 @@ def test_without_the_middleware_sidekiq_runs_every_copy_and_status_is_unknown(
 
 
 def test_a_job_sidekiq_gives_up_on_is_reported_failed(target, start_sidekiq):
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     jid = target.publish(relay_job("doomed", 1, task="FailJob"),
                          Delivery(queue=queue, options=(("retry", False),)))
@@ -121,7 +121,7 @@ def test_a_job_sidekiq_gives_up_on_is_reported_failed(target, start_sidekiq):
 
 def test_a_future_run_after_goes_through_the_schedule_set(target, start_sidekiq, tmp_path,
                                                           private_redis):  # noqa: F811
-    queue = unique_name("sk")
+    queue = unique("sk")
     job = relay_job("later", 1, task="RecordJob",
                     run_after=datetime.now(UTC) + timedelta(seconds=2))
     jid = target.publish(job, Delivery(queue=queue))
@@ -135,7 +135,7 @@ def test_a_future_run_after_goes_through_the_schedule_set(target, start_sidekiq,
 
 
 def test_route_args_spread_payload_values_as_positional_arguments(target, start_sidekiq, tmp_path):
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     job = relay_job("spread", 1, task="RecordJob", payload={"user": 7, "kind": "digest"})
     target.publish(job, Delivery(queue=queue, options=(("args", ["kind", "user"]),)))
@@ -149,7 +149,7 @@ def test_redis_restarted_mid_run_loses_nothing(target, start_sidekiq, private_re
     """Redis dies between two publishes (and takes its unpersisted data with it): the publish
     fails retryably, the relay's retry after the restart lands, and Sidekiq, which reconnects on
     its own, runs it."""
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     first = relay_job("outage", 1, task="RecordJob")
     target.publish(first, Delivery(queue=queue))
@@ -168,7 +168,7 @@ def test_redis_restarted_mid_run_loses_nothing(target, start_sidekiq, private_re
 def test_a_replayed_dead_letter_runs_again_and_reports_afresh(target, start_sidekiq, tmp_path):
     """dlq replay publishes the job again as a first attempt: the middleware's old "failed"
     record must not skip it, nor be read as its new outcome."""
-    queue = unique_name("sk")
+    queue = unique("sk")
     start_sidekiq(queue)
     job = relay_job("replayed", 1, task="RecordJob")
     jid = sidekiq_jid(job.key)
@@ -184,7 +184,7 @@ def test_a_replayed_dead_letter_runs_again_and_reports_afresh(target, start_side
 
 
 def test_publish_many_lands_the_good_jobs_in_one_transaction_and_reports_the_bad_one(target):
-    queue = unique_name("sk")
+    queue = unique("sk")
     good = [relay_job("batch", n, task="RecordJob", payload={"n": n}) for n in (1, 3)]
     bad = relay_job("batch", 2, task="RecordJob", payload={"n": 2})
     spread = Delivery(queue=queue, options=(("args", ["missing"]),))

@@ -19,16 +19,19 @@ import pytest
 import sqlalchemy as sa
 from conftest import libpq_url, scalar
 from daemon_harness import Daemon, assert_audit_clean, set_path, write_schedules
-from relay_helpers import put, spawn_relay, stop, write_config
-from relay_support import (  # noqa: F401 - private_redis is a fixture
+from relay_helpers import (  # noqa: F401 - private_redis is a fixture
     NodeWorker,
     SidekiqServer,
     effects,
     private_redis,
+    put,
     rq_worker,
+    spawn_relay,
+    stop,
     stop_process,
-    unique_name,
+    unique,
     wait_for,
+    write_config,
 )
 
 from cronkeeper.relay.targets.base import sidekiq_jid, unsafe_id
@@ -49,7 +52,7 @@ class Consumer:
             self.server = SidekiqServer(url, queue, out, middleware=True)
             self.proc = self.server.proc
             client = redis.Redis.from_url(url)
-            wait_for(lambda: client.scard("processes") >= 1, 120, "sidekiq", proc=self.proc)
+            wait_for(lambda: client.scard("processes") >= 1, 120, "sidekiq", alive=self.proc)
         else:
             self.worker = NodeWorker(url, queue, "bull", out)
             self.proc = self.worker.proc
@@ -79,7 +82,7 @@ class Consumer:
 
 def relay_config(kind: str, url: str, queue: str, *, lease: str = "2s") -> str:
     return f"""
-name = "{unique_name('relay')}"
+name = "{unique('relay')}"
 lease = "{lease}"
 poll_interval = "0.05s"
 status_interval = "0.2s"
@@ -117,7 +120,7 @@ def rows(engine, sql: str) -> list[tuple]:
 @pytest.mark.parametrize("kind", ["rq", "sidekiq", "bullmq"])
 def test_every_period_reaches_the_consumer_once_and_its_completion_comes_back(
         kind, engine, schema, database_url, cluster, private_redis, tmp_path):  # noqa: F811
-    queue = unique_name(kind)
+    queue = unique(kind)
     write_schedules(tmp_path / "schedules", {"tick.toml": schedule("tick", TASKS[kind],
                                                                    overlap="allow")})
     config = write_config(tmp_path, relay_config(kind, private_redis.url, queue))
@@ -150,7 +153,7 @@ def test_every_period_reaches_the_consumer_once_and_its_completion_comes_back(
 @pytest.mark.parametrize("kind", ["rq", "sidekiq", "bullmq"])
 def test_relay_killed_between_publish_and_mark_republishes_the_same_id_and_it_is_absorbed(
         kind, engine, schema, database_url, private_redis, tmp_path):  # noqa: F811
-    queue = unique_name(kind)
+    queue = unique(kind)
     key = "invoices@2026-03-08T07:00:00Z"
     put(engine, schema, TASKS[kind], {"invoice": 7}, key=key)
     config = write_config(tmp_path, relay_config(kind, private_redis.url, queue))
@@ -190,7 +193,7 @@ def test_overlap_skip_holds_while_a_bullmq_job_is_still_active(
     """A 1-second schedule whose jobs take 3 s on the Node worker: while one is active in
     BullMQ, the next periods are skipped (overlap); once BullMQ reports it completed, the next
     period is emitted. The worker never runs two at once."""
-    queue = unique_name("bullmq")
+    queue = unique("bullmq")
     write_schedules(tmp_path / "schedules", {"slow.toml": schedule(
         "slow", "record", overlap="skip", payload="{ sleep = 3 }")})
     config = write_config(tmp_path, relay_config("bullmq", private_redis.url, queue))

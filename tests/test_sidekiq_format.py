@@ -15,7 +15,7 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
-from relay_support import private_redis, relay_job, unique_name  # noqa: F401 - fixture
+from relay_helpers import private_redis, relay_job, unique  # noqa: F401 - fixture
 
 from cronkeeper.relay.targets import sidekiq as sidekiq_target
 from cronkeeper.relay.targets.base import Delivery, sidekiq_jid
@@ -78,7 +78,7 @@ def test_same_fields_and_types_as_the_real_sidekiq_6_client(private_redis):  # n
     the two JSON objects hold the same fields with the same JSON types (plus our key)."""
     if shutil.which("ruby") is None:
         pytest.fail("ruby is not installed: run scripts/test-deps.sh (ruby-sidekiq)", pytrace=False)
-    queue_ruby, queue_ours = unique_name("ruby"), unique_name("ours")
+    queue_ruby, queue_ours = unique("ruby"), unique("ours")
     script = (
         'require "sidekiq"; '
         f'Sidekiq::Client.push("class" => "InvoiceJob", "queue" => "{queue_ruby}", '

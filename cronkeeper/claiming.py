@@ -31,18 +31,31 @@ class ClaimingDatabase:
         self._answered = threading.Event()  # set when a statement succeeds after a failure
         self._lock = threading.Lock()
         self._kept = threading.local()
+        # Counts the connections seen broken: a connection another thread kept from before
+        # one broke is likely dead too (the database restarted, or ended every session).
+        self._broken = 0
 
     @contextlib.contextmanager
     def statement(self, action: str) -> Iterator[Connection]:
         """An autocommit connection kept by the calling thread, for work that is one statement
         (or several that need not commit together): no checkout, ping, BEGIN or COMMIT round
         trip per call. The claim loop and the recorder use it; on any error the connection is
-        dropped (invalidated when it broke) and the next call opens another."""
+        dropped (invalidated when it broke) and the next call opens another. A connection kept
+        from before another thread's broke is replaced before use rather than tried: after an
+        outage each thread's statement would otherwise fail once more on its dead connection
+        (and say the database was away again, for 0 s)."""
         conn: Connection | None = getattr(self._kept, "conn", None)
+        if conn is not None and self._kept.broken != self._broken:
+            self._kept.conn = None
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
+            conn = None
         try:
             if conn is None:
+                broken = self._broken
                 conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                self._kept.conn = conn
+                self._kept.conn, self._kept.broken = conn, broken
             yield conn
         except BaseException as exc:
             self._kept.conn = None
@@ -85,6 +98,8 @@ class ClaimingDatabase:
         then once a minute while it lasts (every thread's failures count towards one report)."""
         self._answered.clear()
         with self._lock:
+            if isinstance(exc, CONNECTION_ERRORS):
+                self._broken += 1
             notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
         if notice is None:
             return

@@ -1,6 +1,7 @@
 """The seam every lease holder shares, ``cronkeeper worker`` and ``cronkeeper relay`` alike:
-database access that survives the database going away (reconnect with backoff, say so once,
-resume), registration retried until the database answers, and the reap of expired leases.
+database access that survives the database going away (reconnect with backoff, resume; said
+when it begins, once a minute while it lasts, and when it ends: ``cronkeeper.outage``),
+registration retried until the database answers, and the reap of expired leases.
 What an attempt's ending means for its job is ``cronkeeper.endings``, the same for both."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterator
 from cronkeeper import clock
 from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
 from cronkeeper.errors import DatabaseError
+from cronkeeper.outage import OutageReport, kind_of
 
 log = logging.getLogger("cronkeeper.worker")
 
@@ -25,22 +27,35 @@ class ClaimingDatabase:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._down_since: float | None = None
+        self._outage = OutageReport()
         self._answered = threading.Event()  # set when a statement succeeds after a failure
         self._lock = threading.Lock()
         self._kept = threading.local()
+        # Counts the connections seen broken: a connection another thread kept from before
+        # one broke is likely dead too (the database restarted, or ended every session).
+        self._broken = 0
 
     @contextlib.contextmanager
     def statement(self, action: str) -> Iterator[Connection]:
         """An autocommit connection kept by the calling thread, for work that is one statement
         (or several that need not commit together): no checkout, ping, BEGIN or COMMIT round
         trip per call. The claim loop and the recorder use it; on any error the connection is
-        dropped (invalidated when it broke) and the next call opens another."""
+        dropped (invalidated when it broke) and the next call opens another. A connection kept
+        from before another thread's broke is replaced before use rather than tried: after an
+        outage each thread's statement would otherwise fail once more on its dead connection
+        (and say the database was away again, for 0 s)."""
         conn: Connection | None = getattr(self._kept, "conn", None)
+        if conn is not None and self._kept.broken != self._broken:
+            self._kept.conn = None
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+                conn.close()
+            conn = None
         try:
             if conn is None:
+                broken = self._broken
                 conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                self._kept.conn = conn
+                self._kept.conn, self._kept.broken = conn, broken
             yield conn
         except BaseException as exc:
             self._kept.conn = None
@@ -79,26 +94,36 @@ class ClaimingDatabase:
         self.up()
 
     def down(self, action: str, exc: BaseException) -> None:
+        """A statement failed for the database: said when the outage begins or changes kind,
+        then once a minute while it lasts (every thread's failures count towards one report)."""
         self._answered.clear()
         with self._lock:
-            first = self._down_since is None
-            if first:
-                self._down_since = clock.monotonic()
-        if first:
-            log.warning("database unavailable: while=%s error=%s", action, describe(exc), extra={"action": "database_unavailable"})
+            if isinstance(exc, CONNECTION_ERRORS):
+                self._broken += 1
+            notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        if notice is None:
+            return
+        if notice.first:
+            log.warning("database unavailable: while=%s error=%s (said again each minute while "
+                        "it lasts)", action, describe(exc), extra={"action": "database_unavailable"})
+        else:
+            log.warning("database still unavailable: for=%.0fs failures=%d while=%s error=%s",
+                        notice.lasted, notice.failures, action, describe(exc),
+                        extra={"action": "database_unavailable"})
 
     def up(self) -> None:
-        if self._down_since is None:
+        if not self._outage.down:  # the common case, without the lock
             return
         with self._lock:
-            since, self._down_since = self._down_since, None
+            notice = self._outage.recovered(clock.monotonic())
         self._answered.set()
-        if since is not None:
-            log.warning("database reconnected: after=%.1fs", clock.monotonic() - since, extra={"action": "database_reconnected"})
+        if notice is not None:
+            log.warning("database reconnected: after=%.1fs failures=%d", notice.lasted,
+                        notice.failures, extra={"action": "database_reconnected"})
 
     @property
     def is_down(self) -> bool:
-        return self._down_since is not None
+        return self._outage.down
 
     def wait_answer(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds, less when a statement of any thread succeeds after
@@ -111,7 +136,7 @@ class ClaimingDatabase:
         """Run ``work`` in a transaction, again after a backoff while the database is down,
         until it commits (True) or ``stopping`` is set (False): how a worker or relay
         registers itself at start."""
-        backoff = ReconnectBackoff()
+        backoff = ReconnectBackoff(cap=RECONNECT_CAP)
         while not stopping.is_set():
             try:
                 with self.transaction(action) as conn:
@@ -134,8 +159,15 @@ class ClaimingDatabase:
             logger.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
 
 
+# The longest a lease holder's claim loop (and its registration) waits between two tries while
+# the database is away, as the daemon's session loop: it resumes within seconds of the
+# database healing, whatever the outage lasted. A failed try costs the server one refused
+# connection.
+RECONNECT_CAP = 5.0
+
+
 class ReconnectBackoff:
-    """Reconnect delays: 0.5 s doubling to 30 s, reset on success."""
+    """Reconnect delays: 0.5 s doubling to ``cap`` (30 s unless told), reset on success."""
 
     def __init__(self, first: float = 0.5, cap: float = 30.0) -> None:
         self.first, self.cap, self.current = first, cap, 0.0

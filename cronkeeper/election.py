@@ -30,6 +30,9 @@ Mechanisms:
   back after a takeover, a long catch-up) is many steps, never one longer than the bound, and
   each step commits: a term cut short leaves what it did for the next one to build on.
 - Correctness never rests on the lock: the per-period unique constraint does that.
+- The database away (restarting, unreachable, refusing connections) is said when it begins,
+  when its error changes kind and once a minute, never per backoff step, and its end is said
+  with how long it lasted (``cronkeeper.outage``); a lost leadership is said each time.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from cronkeeper.db.engine import (
 )
 from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
+from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
 from cronkeeper.timing import tzdata_version
@@ -137,6 +141,7 @@ class Node:
         self.last_progress = clock.monotonic()
         self.skew_seconds: float | None = None
         self.finished = threading.Event()  # the node thread has ended (housekeeping stops then)
+        self._outage = OutageReport()  # the session loop's: what it says while the database is away
 
     # -- control from other threads -------------------------------------------------------------
     def request_stop(self) -> None:
@@ -179,14 +184,7 @@ class Node:
                     self._set_role(Role.CONNECTING)
                     if self.stopping.is_set():
                         break
-                    log.warning(
-                        "%s: %s; retrying in %.1fs",
-                        "leadership lost" if was_leader else "database unavailable",
-                        describe(exc),
-                        delay,
-                        extra={"action": "leader_lost" if was_leader else "db_unavailable",
-                               "term": self.term},
-                    )
+                    self._say_failed(exc, delay, was_leader)
                     self.stopping.wait(delay)
                     delay = min(delay * 2, 5.0)
                 except Exception as exc:  # a bug or unreadable data: step down, say so, retry
@@ -206,6 +204,29 @@ class Node:
             self.finished.set()
             self._forget_instance()
 
+    def _say_failed(self, exc: BaseException, delay: float, was_leader: bool) -> None:
+        """A lost leadership is said each time (it follows a win, so it cannot flood); the
+        database being away is said when the outage begins, when its kind changes, and then
+        once a minute (``cronkeeper.outage``)."""
+        notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        if was_leader:
+            log.warning("leadership lost: %s; retrying in %.1fs", describe(exc), delay,
+                        extra={"action": "leader_lost", "term": self.term})
+        elif notice is not None and notice.first:
+            log.warning("database unavailable: %s; retrying in %.1fs (backoff up to 5s; said "
+                        "again each minute while it lasts)", describe(exc), delay,
+                        extra={"action": "db_unavailable", "term": self.term})
+        elif notice is not None:
+            log.warning("database still unavailable: %s; for %.0fs, %d failed tries",
+                        describe(exc), notice.lasted, notice.failures,
+                        extra={"action": "db_unavailable", "term": self.term})
+
+    def _say_recovered(self) -> None:
+        notice = self._outage.recovered(clock.monotonic())
+        if notice is not None:
+            log.warning("database reconnected after %.1fs (%d failed tries)", notice.lasted,
+                        notice.failures, extra={"action": "db_reconnected", "term": self.term})
+
     def _one_session(self) -> None:
         conn = dbl.lock_connect(self.url, self.schema, f"cronkeeper-lock:{self.instance_id}")
         self._conn = conn
@@ -218,6 +239,7 @@ class Node:
                     "session advisory lock cannot elect a leader through it. Point "
                     "--database-url at PostgreSQL directly (or at a session-pooling port)."
                 )
+        self._say_recovered()
         self.connected.set()
         self._set_role(Role.STANDBY)
         self._waiting_for_lock = True

@@ -28,6 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cronkeeper import __version__, clock
+from cronkeeper.outage import OutageReport
 from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.metrics")
@@ -236,6 +237,7 @@ class DatabaseCollector(Collector):
         self.audit = audit
         self.live_within = live_within
         self._lock = threading.Lock()
+        self._outage = OutageReport()
         self._audit_at = -1e18
         self._auditing = False
         self.audited = threading.Event()  # set once an audit has finished: counts are known
@@ -260,12 +262,22 @@ class DatabaseCollector(Collector):
                 families = self._families(conn, now)
                 conn.rollback()
         except Exception as exc:  # noqa: BLE001 - a scrape must answer even without a database
-            log.warning("metrics: database figures unavailable: %s", type(exc).__name__,
-                        extra={"action": "metrics_db_unavailable"})
+            with self._lock:  # said once, then once a minute: scrapes come every few seconds
+                notice = self._outage.failed(clock.monotonic(), type(exc).__name__)
+            if notice is not None:
+                log.warning("metrics: database figures unavailable: %s%s", type(exc).__name__,
+                            "" if notice.first else
+                            f" (for {notice.lasted:.0f}s, {notice.failures} scrapes)",
+                            extra={"action": "metrics_db_unavailable"})
             up = GaugeMetricFamily("cronkeeper_database_up", "1 when the last scrape could read "
                                    "the database.")
             up.add_metric([], 0)
             return [up]
+        with self._lock:
+            back = self._outage.recovered(clock.monotonic())
+        if back is not None:
+            log.info("metrics: database figures available again after %.1fs", back.lasted,
+                     extra={"action": "metrics_db_available"})
         return families
 
     def _families(self, conn: Any, now: datetime) -> list:

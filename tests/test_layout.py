@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
 
 PURE = ["schedule", "timing", "planning.py", "audit.py", "period_states.py", "backoff.py",
-        "importing/crontab.py",
+        "outage.py", "importing/crontab.py",
         "importing/cronie.py", "importing/naming.py", "importing/render.py", "importing/model.py",
         "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py", "states.py",
         "endings.py"]

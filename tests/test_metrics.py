@@ -145,6 +145,18 @@ def test_collector_survives_a_missing_database():
     assert value(reg, "cronkeeper_database_up") == 0
 
 
+def test_a_missing_database_is_said_once_not_per_scrape(caplog):
+    bad = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none",
+                           connect_args={"connect_timeout": 1})
+    reg = CollectorRegistry()
+    reg.register(m.DatabaseCollector(bad, "c"))
+    with caplog.at_level("WARNING", logger="cronkeeper"):
+        for _ in range(3):
+            assert value(reg, "cronkeeper_database_up") == 0
+    said = [r for r in caplog.records if getattr(r, "action", None) == "metrics_db_unavailable"]
+    assert len(said) == 1, [r.getMessage() for r in said]
+
+
 def test_a_slow_audit_never_holds_a_scrape(engine, cluster):
     """The audit of the last hour runs beside the scrape: while it is still running, scrapes
     answer at once, without the missing counts (unknown, not 0), and only one audit runs."""

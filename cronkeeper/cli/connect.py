@@ -17,6 +17,7 @@ from cronkeeper.db.engine import (
 )
 from cronkeeper.db.migrate import migrate, require_compatible
 from cronkeeper.errors import DatabaseError, SchemaIncompatible
+from cronkeeper.outage import OutageReport, kind_of
 
 log = logging.getLogger("cronkeeper.connect")
 
@@ -36,8 +37,9 @@ def open_database(
 ) -> Database:
     """The embedded database is migrated always; a configured one only when asked to.
 
-    ``wait`` (the daemon and the worker): a database that cannot be reached at start is waited
-    for, with backoff (0.5 s doubling to 5 s) and a log line per try, as it is once running; a
+    ``wait`` (the daemon, the worker and the relay): a database that cannot be reached at start is waited
+    for, with backoff (0.5 s doubling to 5 s), said when the wait begins, once a minute while it lasts
+and when it ends (``cronkeeper.outage``), as it is once running; a
     process started during a restart or a failover must not exit for it. A schema that is
     behind, or an error that is not about connecting, still ends the command at once.
 
@@ -48,6 +50,7 @@ def open_database(
     url = normalize_url(database_url or embedded.start())
     engine = make_engine(url, schema, application_name=application_name)
     delay = 0.5
+    outage = OutageReport()
     while True:
         try:
             if migrate_first or (is_embedded and migrate_embedded):
@@ -58,10 +61,21 @@ def open_database(
         except DatabaseError as exc:
             if not wait or isinstance(exc, SchemaIncompatible) or not _cannot_connect(exc):
                 raise
-            log.warning("database unavailable at start (%s): %s; retrying in %.1fs",
-                        redact(url), exc, delay, extra={"action": "db_unavailable"})
+            notice = outage.failed(clock.monotonic(), kind_of(str(exc)))
+            if notice is not None and notice.first:
+                log.warning("database unavailable at start (%s): %s; retrying in %.1fs (backoff "
+                            "up to 5s; said again each minute while it lasts)", redact(url), exc,
+                            delay, extra={"action": "db_unavailable"})
+            elif notice is not None:
+                log.warning("database still unavailable at start (%s): %s; for %.0fs, %d "
+                            "failed tries", redact(url), exc, notice.lasted, notice.failures,
+                            extra={"action": "db_unavailable"})
             clock.sleep(delay)
             delay = min(delay * 2, 5.0)
+    notice = outage.recovered(clock.monotonic())
+    if notice is not None:
+        log.warning("database reachable after %.1fs (%d failed tries)", notice.lasted,
+                    notice.failures, extra={"action": "db_reconnected"})
     return Database(url, schema, engine, is_embedded)
 
 

@@ -79,7 +79,7 @@ def relay_command(
     config = load_config(config_path)
     targets = build_targets(config)
     database = open_database(database_url, schema, application_name="cronkeeper-relay",
-                             schema_needed=PREVIOUS_RELEASE_SCHEMA)
+                             wait=True, schema_needed=PREVIOUS_RELEASE_SCHEMA)
     if database.embedded:
         log.warning("embedded database: no --database-url; this relay uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})

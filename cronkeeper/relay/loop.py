@@ -37,7 +37,7 @@ from datetime import timedelta
 from typing import cast
 
 from cronkeeper import __version__, clock, metrics
-from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
+from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox as db
 from cronkeeper.db import relay as db_relay
@@ -107,7 +107,7 @@ class Relay:
                  ",".join(self.targets), extra={"action": "relay_started"})
         recorder = threading.Thread(target=self.recorder.run, name="relay-recorder", daemon=True)
         recorder.start()
-        backoff = ReconnectBackoff()
+        backoff = ReconnectBackoff(cap=RECONNECT_CAP)
         next_reap = next_status = next_serial = 0.0
         while not self._stopping.is_set():
             try:

@@ -25,7 +25,7 @@ import socket
 import threading
 
 from cronkeeper import clock, metrics
-from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
+from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox as db
 from cronkeeper.db.engine import Engine, serial_lock_key
@@ -106,7 +106,7 @@ class Worker:
         self.wakeups.start()
         log.info("worker started: worker=%s concurrency=%d isolation=%s", cfg.worker_id,
                  cfg.concurrency, cfg.isolation, extra={"action": "worker_started"})
-        backoff = ReconnectBackoff()
+        backoff = ReconnectBackoff(cap=RECONNECT_CAP)
         next_reap = 0.0
         while not self._stopping.is_set():
             try:

@@ -85,12 +85,16 @@ class RelayThread:
 
 
 def spawn_relay(database_url: str, schema: str, config_path: str, *, env: dict | None = None,
-                relay_id: str | None = None) -> subprocess.Popen:
-    """A real ``cronkeeper relay`` process."""
+                relay_id: str | None = None, kill_after_publish: int = 0) -> subprocess.Popen:
+    """A real ``cronkeeper relay`` process; ``kill_after_publish=N``: it SIGKILLs itself once N
+    jobs are published and before they are marked (tests/crash_site)."""
     from handlers_for_tests import cronkeeper_exe
 
-    full_env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                **(env or {})}
+    path = [str(HERE / "crash_site")] if kill_after_publish else []
+    path += [str(HERE), os.environ.get("PYTHONPATH", "")]
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(env or {})}
+    if kill_after_publish:
+        full_env["CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH"] = str(kill_after_publish)
     argv = [cronkeeper_exe(), "relay", "--database-url", database_url, "--schema", schema,
             "--config", config_path, "--metrics-address", "off", "--log-level", "info",
             "--instance-id", relay_id or unique("relay")]

@@ -55,7 +55,7 @@ def test_relay_killed_between_publish_and_mark_republishes_same_id_and_recipe_ab
     celery = spawn_celery_worker(database_url, schema, queue)
     try:
         doomed = spawn_relay(database_url, schema, config, relay_id="relay-doomed",
-                             env={"CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH": "1"})
+                             kill_after_publish=1)
         assert doomed.wait(60) == -signal.SIGKILL, stop(doomed)
         # published (the Celery worker runs it) but never marked: the row is still the relay's
         assert scalar(engine, "SELECT state || ':' || leased_by FROM outbox") == "running:relay-doomed"

@@ -160,7 +160,7 @@ def test_relay_killed_between_publish_and_mark_republishes_the_same_id_and_it_is
     consumer = Consumer(kind, private_redis.url, queue, tmp_path / "effects")
     try:
         doomed = spawn_relay(database_url, schema, config, relay_id="relay-doomed",
-                             env={"CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH": "1"})
+                             kill_after_publish=1)
         assert doomed.wait(60) == -signal.SIGKILL, stop(doomed)
         assert scalar(engine, "SELECT state || ':' || leased_by FROM outbox") == \
             "running:relay-doomed"

@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import signal
 import socket
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,9 +59,6 @@ from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.relay")
 
-# Test-only: SIGKILL this process right after the Nth successful publish, before its mark (the
-# crash window the docs describe). Read once; never set outside the test suite.
-_KILL_AFTER_PUBLISH = int(os.environ.get("CRONKEEPER_TEST_RELAY_KILL_AFTER_PUBLISH", "0") or 0)
 _STATUS_BATCH = 500  # most published jobs asked about per status round
 
 
@@ -345,8 +341,6 @@ class Relay:
             self._rest_until.pop(route.target, None)
             out.published.append((job, route.target, target_id, clock.monotonic()))
             self.published += 1
-            if _KILL_AFTER_PUBLISH and self.published >= _KILL_AFTER_PUBLISH:
-                os.kill(os.getpid(), signal.SIGKILL)
         if cut:
             log.warning("batch cut short: jobs=%d handed back (lease %.0fs a third spent)", cut,
                         self.config.lease, extra={"action": "batch_cut_short"})

@@ -52,6 +52,20 @@ AWAY = {"db_unavailable", "database_unavailable", "listen_lost", "leader_lost", 
 REFUSED = ("No space left on device", "could not extend file", "disk full")
 
 
+def test_refused_writes_are_told_from_other_errors() -> None:
+    from cronkeeper.db.engine import refuses_writes  # noqa: PLC0415
+    from cronkeeper.errors import DatabaseError  # noqa: PLC0415
+
+    assert refuses_writes(psycopg.errors.DiskFull("could not extend file"))
+    assert refuses_writes(psycopg.errors.OutOfMemory("out of memory"))
+    wrapped = DatabaseError("recording job endings: could not extend file")
+    wrapped.__cause__ = psycopg.errors.DiskFull("could not extend file")
+    assert refuses_writes(wrapped)
+    assert not refuses_writes(psycopg.errors.TooManyConnections("too many clients already"))
+    assert not refuses_writes(psycopg.OperationalError("server closed the connection"))
+    assert not refuses_writes(DatabaseError("no cause"))
+
+
 def records(path: Path) -> list[dict[str, Any]]:
     out = []
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -186,6 +200,19 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
             return (datetime.now().astimezone() - refused_at).total_seconds() >= HOLD
         wait_for(held, HOLD + 15, "the hold", interval=0.5)
         panicked = server_said("PANIC")
+        status = subprocess.run(
+            [CRONKEEPER, "status", "--database-url", pg.url, "--schema", schema, "--cluster",
+             fleet.cluster, "--format", "json"], capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in status.stdout + status.stderr, status.stderr
+        if panicked:  # the server is down: said plainly
+            assert status.returncode != 0 and status.stderr.strip(), status
+        else:  # it answers: each schedule's next period is stuck in the past, overdue
+            assert status.returncode == 0, status.stdout + status.stderr
+            asked = datetime.now().astimezone()
+            nexts = {r["name"]: r["next_fire"] for r in json.loads(status.stdout)["schedules"]}
+            print("\nstatus in the fault, next fire:", nexts, "asked at", asked)
+            stuck = asked - timedelta(seconds=HOLD / 2)
+            assert all(datetime.fromisoformat(n) < stuck for n in nexts.values()), nexts
 
         lines = {d.instance_id: d.records()[marks[d.instance_id]:] for d in fleet.daemons}
         lines["w1"] = records(worker_log)[worker_mark:]

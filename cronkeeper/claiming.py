@@ -12,7 +12,14 @@ import threading
 from collections.abc import Callable, Iterator
 
 from cronkeeper import clock
-from cronkeeper.db.engine import CONNECTION_ERRORS, DRIVER_ERRORS, Connection, Engine, describe
+from cronkeeper.db.engine import (
+    CONNECTION_ERRORS,
+    DRIVER_ERRORS,
+    Connection,
+    Engine,
+    describe,
+    refuses_writes,
+)
 from cronkeeper.errors import DatabaseError
 from cronkeeper.outage import OutageReport, kind_of
 
@@ -28,6 +35,11 @@ class ClaimingDatabase:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._outage = OutageReport()
+        # Writes refused for want of space (``refuses_writes``) are an outage of their own: the
+        # database still answers reads (and some writes), so a success of another action does
+        # not end it; only one of an action that was refused does.
+        self._refused = OutageReport()
+        self._refused_actions: set[str] = set()
         self._answered = threading.Event()  # set when a statement succeeds after a failure
         self._lock = threading.Lock()
         self._kept = threading.local()
@@ -68,7 +80,7 @@ class ClaimingDatabase:
                 self.down(action, exc)
                 raise DatabaseError(f"{action}: {describe(exc)}") from exc
             raise
-        self.up()
+        self.up(action)
 
     def close_kept(self) -> None:
         """Return the calling thread's kept connection to the pool."""
@@ -91,12 +103,25 @@ class ClaimingDatabase:
         except DB_ERRORS as exc:
             self.down(action, exc)
             raise DatabaseError(f"{action}: {describe(exc)}") from exc
-        self.up()
+        self.up(action)
 
     def down(self, action: str, exc: BaseException) -> None:
         """A statement failed for the database: said when the outage begins or changes kind,
         then once a minute while it lasts (every thread's failures count towards one report)."""
         self._answered.clear()
+        if refuses_writes(exc):
+            with self._lock:
+                self._refused_actions.add(action)
+                notice = self._refused.failed(clock.monotonic(), kind_of(describe(exc)))
+            if notice is not None and notice.first:
+                log.warning("database refuses writes: while=%s error=%s (said again each minute "
+                            "while it lasts)", action, describe(exc),
+                            extra={"action": "database_unavailable"})
+            elif notice is not None:
+                log.warning("database still refuses writes: for=%.0fs failures=%d while=%s "
+                            "error=%s", notice.lasted, notice.failures, action, describe(exc),
+                            extra={"action": "database_unavailable"})
+            return
         with self._lock:
             if isinstance(exc, CONNECTION_ERRORS):
                 self._broken += 1
@@ -111,7 +136,16 @@ class ClaimingDatabase:
                         notice.lasted, notice.failures, action, describe(exc),
                         extra={"action": "database_unavailable"})
 
-    def up(self) -> None:
+    def up(self, action: str) -> None:
+        if self._refused.down and action in self._refused_actions:
+            with self._lock:
+                refused = self._refused.recovered(clock.monotonic())
+                self._refused_actions.clear()
+            self._answered.set()
+            if refused is not None:
+                log.warning("database accepts writes again: after=%.1fs failures=%d while=%s",
+                            refused.lasted, refused.failures, action,
+                            extra={"action": "database_reconnected"})
         if not self._outage.down:  # the common case, without the lock
             return
         with self._lock:

@@ -59,6 +59,7 @@ from cronkeeper.db.engine import (
     describe,
     driver,
     leader_lock_key,
+    refuses_writes,
 )
 from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
@@ -263,6 +264,45 @@ class Node:
         self._lead(conn)
 
     def _lead(self, conn: RawConnection) -> None:
+        """Lead until stopped or the session ends. A write the database refuses for want of
+        space or memory (``refuses_writes``) does not end the term: no other instance could
+        write either, so stepping down and winning again would only flap (a term per backoff
+        step). The leader keeps its lock, rolls back, says so once a minute
+        (``cronkeeper.outage``), and starts the term's work again from the database after a
+        backoff short enough that neither the standbys nor its own watchdog take it for stuck
+        (each start heartbeats first)."""
+        delay = 0.2
+        cap = min(5.0, self.options.stall_timeout / 2, self.options.leader_timeout / 2)
+        while True:
+            try:
+                self._lead_term(conn)
+                return
+            except DRIVER_ERRORS as exc:
+                if self.stopping.is_set() or not refuses_writes(exc) or conn.closed or conn.broken:
+                    raise
+                self._say_refused(exc, delay)
+            self.last_progress = clock.monotonic()  # holding on, not stuck
+            if self.stopping.wait(delay):
+                with contextlib.suppress(*DRIVER_ERRORS):  # a write: it may be refused too
+                    dbl.leadership_release(conn, self.cluster, self.term or 0)
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    dbl.lock_release(conn, self.lock_key)
+                return
+            self.last_progress = clock.monotonic()
+            delay = min(delay * 2, cap)
+
+    def _say_refused(self, exc: BaseException, delay: float) -> None:
+        notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        if notice is not None and notice.first:
+            log.warning("database refuses writes: %s; keeping leadership, retrying in %.1fs "
+                        "(said again each minute while it lasts)", describe(exc), delay,
+                        extra={"action": "db_unavailable", "term": self.term})
+        elif notice is not None:
+            log.warning("database still refuses writes: %s; for %.0fs, %d failed tries",
+                        describe(exc), notice.lasted, notice.failures,
+                        extra={"action": "db_unavailable", "term": self.term})
+
+    def _lead_term(self, conn: RawConnection) -> None:
         scheduler = Scheduler(
             conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
             on_tick=self._report, should_stop=self.stopping.is_set, on_progress=self._progress,
@@ -321,6 +361,12 @@ class Node:
 
     def _report(self, report: TickReport) -> None:
         self.last_progress = clock.monotonic()  # each committed tick is progress
+        if self._outage.down:  # writes refused (``_lead``), and now one committed
+            notice = self._outage.recovered(clock.monotonic())
+            assert notice is not None
+            log.warning("database accepts writes again after %.1fs (%d failed tries)",
+                        notice.lasted, notice.failures,
+                        extra={"action": "db_reconnected", "term": self.term})
         decisions = report.decisions
         # A line per period costs ~15 us: fine for a few, a second of the leader's time for a
         # burst of 100,000. Past LOG_EACH_UP_TO, one summary line at info, each period at debug.

@@ -10,7 +10,9 @@
   server runs inside that network namespace (``ip netns exec``), listening on
   ``listen_addresses`` there; the test itself then reaches it through its Unix socket, which
   the filesystem shares across namespaces, and ``tcp_url(address)`` is what a process in
-  a namespace connects to.
+  a namespace connects to. With ``data_dir=PATH`` the cluster's files (WAL included) live
+  there, for example on a small filesystem the test mounts; the socket and the log stay in the
+  temporary directory.
 - ``Daemon``: one ``cronkeeper run`` process with JSON logs in a file, and ways to signal it and
   wait for its log lines.
 - Queries the tests assert on: the leader row, the database clock, and the audit of the
@@ -127,11 +129,12 @@ def _server_user() -> str | None:
 class PrivatePostgres:
     def __init__(self, *, fsync: bool = False, max_connections: int = 200,
                  settings: dict[str, str] | None = None, netns: str | None = None,
-                 listen_addresses: str = "127.0.0.1") -> None:
+                 listen_addresses: str = "127.0.0.1", data_dir: Path | None = None) -> None:
         self.bindir = find_bindir()
         self.user = _server_user()
         self.root = Path(tempfile.mkdtemp(prefix="cronkeeper-pg-"))
-        self.data = self.root / "data"
+        # the cluster's files (pg_wal included); the socket and the server log stay in root
+        self.data = data_dir if data_dir is not None else self.root / "data"
         self.logfile = self.root / "server.log"
         self.port = _free_port()
         self.fsync = fsync
@@ -144,6 +147,9 @@ class PrivatePostgres:
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
+            if data_dir is not None:
+                data_dir.mkdir(parents=True, exist_ok=True)
+                os.chown(data_dir, entry.pw_uid, entry.pw_gid)
             if "pginstall" in str(self.bindir):  # the pgserver package's binaries, under the venv
                 from pgserver.utils import (  # noqa: PLC0415
                     ensure_folder_permissions,
@@ -236,6 +242,7 @@ class PrivatePostgres:
                 self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "immediate", "stop")
             self.running = False
         shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.data, ignore_errors=True)
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.url, autocommit=True, connect_timeout=10)

@@ -208,6 +208,17 @@ def describe(exc: BaseException) -> str:
     return re.sub(r"password=\S+", "password=***", text)
 
 
+def refuses_writes(exc: BaseException) -> bool:
+    """The server answers but cannot write for want of resources: SQLSTATE 53100 (disk_full:
+    "could not extend file ...: No space left on device") or 53200 (out_of_memory). Reads go
+    on; some writes may too (an update that fits its page), so a success says little."""
+    orig = getattr(exc, "orig", None) or exc
+    while isinstance(orig, DatabaseError) and orig.__cause__ is not None:
+        orig = orig.__cause__
+        orig = getattr(orig, "orig", None) or orig
+    return getattr(orig, "sqlstate", None) in {"53100", "53200"}
+
+
 @contextlib.contextmanager
 def translate_errors(action: str) -> Iterator[None]:
     """Turn driver errors into cronkeeper's DatabaseError at the edge of db/."""

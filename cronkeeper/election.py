@@ -209,17 +209,25 @@ class Node:
         """A lost leadership is said each time (it follows a win, so it cannot flood); the
         database being away is said when the outage begins, when its kind changes, and then
         once a minute (``cronkeeper.outage``)."""
-        notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
         if was_leader:
+            self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
             log.warning("leadership lost: %s; retrying in %.1fs", describe(exc), delay,
                         extra={"action": "leader_lost", "term": self.term})
-        elif notice is not None and notice.first:
-            log.warning("database unavailable: %s; retrying in %.1fs (backoff up to 5s; said "
-                        "again each minute while it lasts)", describe(exc), delay,
+        else:
+            self._say_outage(exc, "database unavailable", "database still unavailable",
+                             f"retrying in {delay:.1f}s (backoff up to 5s; said again each "
+                             "minute while it lasts)")
+
+    def _say_outage(self, exc: BaseException, first: str, again: str, plan: str) -> None:
+        """An outage (the database away, or refusing writes) said when it begins or changes
+        kind, then once a minute (``cronkeeper.outage``)."""
+        notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        if notice is not None and notice.first:
+            log.warning("%s: %s; %s", first, describe(exc), plan,
                         extra={"action": "db_unavailable", "term": self.term})
         elif notice is not None:
-            log.warning("database still unavailable: %s; for %.0fs, %d failed tries",
-                        describe(exc), notice.lasted, notice.failures,
+            log.warning("%s: %s; for %.0fs, %d failed tries", again, describe(exc),
+                        notice.lasted, notice.failures,
                         extra={"action": "db_unavailable", "term": self.term})
 
     def _say_recovered(self) -> None:
@@ -280,7 +288,9 @@ class Node:
             except DRIVER_ERRORS as exc:
                 if self.stopping.is_set() or not refuses_writes(exc) or conn.closed or conn.broken:
                     raise
-                self._say_refused(exc, delay)
+                self._say_outage(exc, "database refuses writes", "database still refuses writes",
+                                 f"keeping leadership, retrying in {delay:.1f}s (said again "
+                                 "each minute while it lasts)")
             self.last_progress = clock.monotonic()  # holding on, not stuck
             if self.stopping.wait(delay):
                 with contextlib.suppress(*DRIVER_ERRORS):  # a write: it may be refused too
@@ -290,17 +300,6 @@ class Node:
                 return
             self.last_progress = clock.monotonic()
             delay = min(delay * 2, cap)
-
-    def _say_refused(self, exc: BaseException, delay: float) -> None:
-        notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
-        if notice is not None and notice.first:
-            log.warning("database refuses writes: %s; keeping leadership, retrying in %.1fs "
-                        "(said again each minute while it lasts)", describe(exc), delay,
-                        extra={"action": "db_unavailable", "term": self.term})
-        elif notice is not None:
-            log.warning("database still refuses writes: %s; for %.0fs, %d failed tries",
-                        describe(exc), notice.lasted, notice.failures,
-                        extra={"action": "db_unavailable", "term": self.term})
 
     def _lead_term(self, conn: RawConnection) -> None:
         scheduler = Scheduler(

@@ -318,6 +318,17 @@ def record_versions(pg: PrivatePostgres, schema: str, directory: Path, ago: time
 
 
 # -- daemon processes --------------------------------------------------------------------------------------
+def json_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON log records in a process's log file (lines that are not JSON objects left out)."""
+    out: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(line)
+            if isinstance(doc, dict):
+                out.append(doc)
+    return out
+
+
 class Daemon:
     """One ``cronkeeper run`` process, its JSON log in ``log_path``."""
 
@@ -386,15 +397,10 @@ class Daemon:
     def records(self, since_start: bool = True) -> list[dict[str, Any]]:
         """Parsed JSON log records (of the latest start only, by default)."""
         out: list[dict[str, Any]] = []
-        if not self.log_path.exists():
-            return out
-        for line in self.log_path.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                doc = json.loads(line)
-                if isinstance(doc, dict):
-                    if since_start and doc.get("action") == "harness_start":
-                        out = []
-                    out.append(doc)
+        for doc in json_records(self.log_path):
+            if since_start and doc.get("action") == "harness_start":
+                out = []
+            out.append(doc)
         return out
 
     def wait_log(self, predicate: Callable[[dict[str, Any]], bool], timeout: float,

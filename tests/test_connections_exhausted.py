@@ -18,8 +18,6 @@ nothing back: the test keeps its own connection, opened before the slots are fil
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import signal
@@ -39,6 +37,7 @@ from daemon_harness import (
     PrivatePostgres,
     audit,
     db_now,
+    json_records,
     leader_row,
     schedule_toml,
     set_path,
@@ -70,16 +69,6 @@ def problem(line: dict[str, Any]) -> str:
     else:
         text = message.split(": ", 1)[-1].split(";")[0]
     return kind_of(text)
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            doc = json.loads(line)
-            if isinstance(doc, dict):
-                out.append(doc)
-    return out
 
 
 @pytest.fixture
@@ -162,19 +151,19 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
             " WHERE application_name LIKE 'cronkeeper%%' GROUP BY 1 ORDER BY 1").fetchall()))
 
         marks = {d.instance_id: len(d.records()) for d in fleet.daemons}
-        worker_mark, relay_mark = len(records(worker_log)), len(records(relay_log))
+        worker_mark, relay_mark = len(json_records(worker_log)), len(json_records(relay_log))
         wait_for(squeeze, 30, "every slot taken and no cronkeeper session left", interval=0.05)
         start = db_now(db)
 
         def refused() -> bool:
             """Each process has met the refusal (and so noticed its session's end first)."""
             since = [d.records()[marks[d.instance_id]:] for d in fleet.daemons]
-            since += [records(worker_log)[worker_mark:], records(relay_log)[relay_mark:]]
+            since += [json_records(worker_log)[worker_mark:], json_records(relay_log)[relay_mark:]]
             return all(any("too many clients" in r.get("message", "") for r in lines)
                        for lines in since)
         wait_for(refused, 20, "every process to be refused a connection", interval=0.2)
         hold_marks = {d.instance_id: len(d.records()) for d in fleet.daemons}
-        worker_hold_mark, relay_hold_mark = len(records(worker_log)), len(records(relay_log))
+        worker_hold_mark, relay_hold_mark = len(json_records(worker_log)), len(json_records(relay_log))
         held_term = leader_row(db, fleet.cluster).term  # a standby may have led in the squeeze
         last_before = db.execute("SELECT max(scheduled_for) FROM periods").fetchone()[0]
 
@@ -187,11 +176,11 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
         assert relay.poll() is None, relay_log.read_text()[-3000:]
 
         lines = {d.instance_id: d.records()[marks[d.instance_id]:] for d in fleet.daemons}
-        lines["w1"] = records(worker_log)[worker_mark:]
-        lines["r1"] = records(relay_log)[relay_mark:]
+        lines["w1"] = json_records(worker_log)[worker_mark:]
+        lines["r1"] = json_records(relay_log)[relay_mark:]
         in_hold = {d.instance_id: d.records()[hold_marks[d.instance_id]:] for d in fleet.daemons}
-        in_hold["w1"] = records(worker_log)[worker_hold_mark:]
-        in_hold["r1"] = records(relay_log)[relay_hold_mark:]
+        in_hold["w1"] = json_records(worker_log)[worker_hold_mark:]
+        in_hold["r1"] = json_records(relay_log)[relay_hold_mark:]
         for who, said in lines.items():
             about = [r for r in said if r.get("action") in AWAY | BACK]
             print(f"\n{who}: {len(about)} lines from the squeeze to the end of the hold:",
@@ -232,7 +221,7 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
         for name, path, mark in (("worker", worker_log, worker_mark),
                                  ("relay", relay_log, relay_mark)):
             wait_for(lambda path=path, mark=mark: any(
-                r.get("action") == "database_reconnected" for r in records(path)[mark:]), 20,
+                r.get("action") == "database_reconnected" for r in json_records(path)[mark:]), 20,
                 f"the {name} saying it is back")
         wait_for(lambda: db.execute("SELECT count(*) FROM outbox WHERE state = 'published' "
                                     "AND scheduled_for > %s", (freed,)).fetchone()[0] >= 2, 30,

@@ -37,6 +37,7 @@ from daemon_harness import (
     PrivatePostgres,
     audit,
     db_now,
+    json_records,
     schedule_toml,
     set_path,
     wait_for,
@@ -64,16 +65,6 @@ def test_refused_writes_are_told_from_other_errors() -> None:
     assert not refuses_writes(psycopg.errors.TooManyConnections("too many clients already"))
     assert not refuses_writes(psycopg.OperationalError("server closed the connection"))
     assert not refuses_writes(DatabaseError("no cause"))
-
-
-def records(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            doc = json.loads(line)
-            if isinstance(doc, dict):
-                out.append(doc)
-    return out
 
 
 @pytest.fixture
@@ -171,7 +162,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
                 "SELECT id, state::text FROM outbox WHERE state = 'succeeded'").fetchall())
             faulted = db_now(conn)
         marks = {d.instance_id: len(d.records()) for d in fleet.daemons}
-        worker_mark = len(records(worker_log))
+        worker_mark = len(json_records(worker_log))
         server_log_mark = pg.logfile.stat().st_size
 
         fillers += 1
@@ -215,7 +206,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
             assert all(datetime.fromisoformat(n) < stuck for n in nexts.values()), nexts
 
         lines = {d.instance_id: d.records()[marks[d.instance_id]:] for d in fleet.daemons}
-        lines["w1"] = records(worker_log)[worker_mark:]
+        lines["w1"] = json_records(worker_log)[worker_mark:]
         for who, said in lines.items():
             about = [r for r in said if r.get("action") in AWAY | {"leader_won"}]
             print(f"\n{who}: {len(about)} lines in the fault:",
@@ -264,7 +255,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
             if any(r.get("action") in AWAY for r in lines[d.instance_id]):
                 d.wait_log(lambda r: r.get("action") == "db_reconnected", 20, "saying it is back")
         wait_for(lambda: any(r.get("action") == "database_reconnected"
-                             for r in records(worker_log)[worker_mark:]), 20,
+                             for r in json_records(worker_log)[worker_mark:]), 20,
                  "the worker saying it is back")
         print(f"\nspace freed: a period decided {(first - healed).total_seconds():.1f} s later, "
               f"a job run {(first_run - healed).total_seconds():.1f} s later")

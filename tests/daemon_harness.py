@@ -329,6 +329,21 @@ def json_records(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def spawn_json_worker(url: str, schema: str, cluster: str, instance_id: str, log_path: Path,
+                      *extra: str) -> subprocess.Popen:
+    """A ``cronkeeper worker`` importing tests/handlers_for_tests, its JSON log appended to
+    ``log_path`` (read it with ``json_records``)."""
+    tests = str(Path(__file__).parent)
+    with open(log_path, "a") as out:
+        return subprocess.Popen(
+            [CRONKEEPER, "worker", "--database-url", url, "--schema", schema, "--cluster",
+             cluster, "--import", "handlers_for_tests", "--poll-interval", "0.1",
+             "--instance-id", instance_id, "--metrics-address", "off", "--log-format", "json",
+             *extra],
+            env={**os.environ, "PYTHONPATH": tests + os.pathsep + os.environ.get("PYTHONPATH", "")},
+            stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+
+
 class Daemon:
     """One ``cronkeeper run`` process, its JSON log in ``log_path``."""
 

@@ -18,14 +18,12 @@ nothing back: the test keeps its own connection, opened before the slots are fil
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
 import uuid
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -41,6 +39,7 @@ from daemon_harness import (
     leader_row,
     schedule_toml,
     set_path,
+    spawn_json_worker,
     wait_for,
     write_schedules,
 )
@@ -124,15 +123,8 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
 
     try:
         fleet.start()
-        with open(worker_log, "a") as out:
-            worker = subprocess.Popen(
-                [CRONKEEPER, "worker", "--database-url", pg.url, "--schema", schema, "--cluster",
-                 fleet.cluster, "--import", "handlers_for_tests", "--poll-interval", "0.1",
-                 "--instance-id", "w1", "--task", "noop", "--metrics-address", "off",
-                 "--log-format", "json"],
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).parent) + os.pathsep
-                     + os.environ.get("PYTHONPATH", "")},
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        worker = spawn_json_worker(pg.url, schema, fleet.cluster, "w1", worker_log,
+                                   "--task", "noop")
         with open(relay_log, "a") as out:
             relay = subprocess.Popen(
                 [CRONKEEPER, "relay", "--config", str(relay_config), "--database-url", pg.url,

@@ -40,6 +40,7 @@ from daemon_harness import (
     json_records,
     schedule_toml,
     set_path,
+    spawn_json_worker,
     wait_for,
     write_schedules,
 )
@@ -143,15 +144,8 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
 
     try:
         fleet.start()
-        with open(worker_log, "a") as out:
-            worker = subprocess.Popen(
-                [CRONKEEPER, "worker", "--database-url", pg.url, "--schema", schema, "--cluster",
-                 fleet.cluster, "--import", "handlers_for_tests", "--poll-interval", "0.1",
-                 "--instance-id", "w1", "--task", "noop", "--metrics-address", "off",
-                 "--log-format", "json"],
-                env={**os.environ, "PYTHONPATH": str(Path(__file__).parent) + os.pathsep
-                     + os.environ.get("PYTHONPATH", "")},
-                stdout=out, stderr=out, stdin=subprocess.DEVNULL)
+        worker = spawn_json_worker(pg.url, schema, fleet.cluster, "w1", worker_log,
+                                   "--task", "noop")
         wait_for(lambda: count("SELECT count(*) FROM outbox WHERE state = 'succeeded'") >= 6, 40,
                  "jobs to run before the fault", interval=0.2)
         with set_path(pg.connect(), schema) as conn:

@@ -50,9 +50,9 @@ from burst_vs_apscheduler import EVERY, cpu_seconds, write_files  # noqa: E402
 from daemon_harness import PrivatePostgres  # noqa: E402
 
 from cronkeeper import clock  # noqa: E402
-from cronkeeper.db import leader as dbl  # noqa: E402
-from cronkeeper.db import scheduling as dbs  # noqa: E402
+from cronkeeper.db import leadership as dbl  # noqa: E402
 from cronkeeper.db.engine import leader_lock_key, normalize_url  # noqa: E402
+from cronkeeper.db.sessions import backend_pid_now, db_now  # noqa: E402
 from cronkeeper.schedule import load_valid  # noqa: E402
 from cronkeeper.scheduler import Scheduler  # noqa: E402
 
@@ -143,7 +143,7 @@ def replay(pg: PrivatePostgres, ticks: list[list[tuple[str, list[bytes | str]]]]
     try:
         for statement in drop:
             conn.execute(statement)
-        backend = dbl.backend_pid_now(conn)
+        backend = backend_pid_now(conn)
         cpu = cpu_seconds(backend)
         commits = 0.0
         start = time.perf_counter()
@@ -211,12 +211,12 @@ def main() -> None:
             gc.freeze()
         due = scheduler.next_due()
         assert due is not None
-        wait = (due - dbs.db_now(conn)).total_seconds()
+        wait = (due - db_now(conn)).total_seconds()
         print(f"burst at {due.isoformat()}, {wait:.1f} s from now", flush=True)
-        while dbs.db_now(conn) < due:
+        while db_now(conn) < due:
             time.sleep(0.05)
         decided = 0
-        backend = dbl.backend_pid_now(conn)
+        backend = backend_pid_now(conn)
         server_cpu = cpu_seconds(backend)
         kept: list[tuple[str, list[bytes | str]]] = []
         ticks: list[list[tuple[str, list[bytes | str]]]] = []

@@ -140,7 +140,7 @@ def seed(url: str, schema: str, count: int) -> int:
 def explain(url: str, schema: str) -> None:
     from cronkeeper.db import dashboard
 
-    # jit off, as the page's transaction has it (``dashboard.snapshot_one``)
+    # jit off, as the page's transaction has it (``sessions.session_snapshot``)
     with psycopg.connect(url, options=f"-c search_path={schema} -c jit=off") as conn:
         every = [r[0] for r in conn.execute(
             "SELECT DISTINCT schedule FROM schedule_versions ORDER BY 1")]

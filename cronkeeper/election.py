@@ -49,8 +49,9 @@ from datetime import timedelta
 from enum import StrEnum
 
 from cronkeeper import __version__, clock
-from cronkeeper.db import leader as dbl
+from cronkeeper.db import leadership as dbl
 from cronkeeper.db import prune as dbp
+from cronkeeper.db import sessions as dbsession
 from cronkeeper.db.engine import (
     DRIVER_ERRORS,
     URL,
@@ -239,9 +240,9 @@ class Node:
     def _one_session(self) -> None:
         conn = dbl.lock_connect(self.url, self.schema, f"cronkeeper-lock:{self.instance_id}")
         self._conn = conn
-        self._lock_pid = dbl.backend_pid_now(conn)
+        self._lock_pid = dbsession.backend_pid_now(conn)
         with dbl.lock_connect(self.url, self.schema, "cronkeeper-probe") as probe:
-            if not dbl.session_is_pinned(conn, probe):
+            if not dbsession.session_is_pinned(conn, probe):
                 raise PoolerDetected(
                     "the lock connection does not keep one database backend across transactions: "
                     "a transaction-pooling proxy (PgBouncer, Supavisor) sits in between, and a "
@@ -265,7 +266,7 @@ class Node:
             return
         self.term, since = dbl.leadership_claim(conn, self.cluster, self.instance_id)
         self.last_progress = clock.monotonic()
-        dbl.session_idle_timeout_set(conn, self.options.leader_timeout)
+        dbsession.session_idle_timeout_set(conn, self.options.leader_timeout)
         self._set_role(Role.LEADER)
         log.info("leadership won", extra={"action": "leader_won", "term": self.term,
                                           "instance": self.instance_id})
@@ -448,7 +449,7 @@ class Node:
 
     def _depose_stale_leader(self) -> None:
         with self.engine.begin() as conn:
-            pid = dbl.leader_depose_stale(driver(conn), self.cluster, self.lock_key, self.options.leader_timeout)
+            pid = dbl.leadership_depose_stale(driver(conn), self.cluster, self.lock_key, self.options.leader_timeout)
         if pid is not None:
             log.warning(
                 "deposed a leader silent for over %.0fs (backend %d terminated)",
@@ -464,7 +465,7 @@ class Node:
         )
         if pid is not None:
             with self.engine.begin() as conn:
-                dbl.backend_terminate(driver(conn), pid)
+                dbsession.backend_terminate(conn, pid)
         self.last_progress = clock.monotonic()
 
     def _forget_instance(self) -> None:

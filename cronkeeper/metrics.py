@@ -254,11 +254,11 @@ class DatabaseCollector(Collector):
         return []  # collected lazily: never query the database at registration
 
     def collect(self) -> Iterable:
-        from cronkeeper.db import audit as dba
+        from cronkeeper.db.sessions import session_utc
 
         try:
             with self.engine.connect() as conn:
-                now = dba.session_utc(conn)
+                now = session_utc(conn)
                 families = self._families(conn, now)
                 conn.rollback()
         except Exception as exc:  # noqa: BLE001 - a scrape must answer even without a database
@@ -471,11 +471,12 @@ class DatabaseCollector(Collector):
         from cronkeeper.db import audit as dba
         from cronkeeper.db import scheduling as dbs
         from cronkeeper.db.engine import driver
+        from cronkeeper.db.sessions import session_utc
 
         missing: dict[tuple[str, str], int] = {}
         try:
             with self.engine.connect() as conn:
-                now = dba.session_utc(conn)
+                now = session_utc(conn)
                 since = now - AUDIT_WINDOW
                 names = [row.schedule for row in dbs.versions_in_force(driver(conn))]
                 for i in range(0, len(names), AUDIT_CHUNK):

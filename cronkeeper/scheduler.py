@@ -18,9 +18,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from cronkeeper.backoff import period_jitter
-from cronkeeper.db import leader as dbl
+from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
+from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, key_stamp, plan
 from cronkeeper.schedule.model import (
@@ -269,7 +270,7 @@ class Scheduler:
 
     def tick(self) -> TickReport:
         """Decide every period due by the database's now; write outcomes and jobs."""
-        now = dbs.db_now(self.conn)
+        now = db_now(self.conn)
         due: dict[str, Sequence[datetime]] = {}
         budget = MAX_PERIODS_PER_TICK
         self.behind = False

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
 from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.sessions import db_now
 from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
 
@@ -21,7 +22,7 @@ def raw(database_url, schema):
 
 
 def record_version(raw, spec: ScheduleSpec, ago: timedelta):
-    now = dbs.db_now(raw)
+    now = db_now(raw)
     ids = dbs.versions_insert(raw, [(spec.name, spec.digest, spec.to_json())], now - ago, term=1)
     return ids[spec.name], now
 

@@ -21,7 +21,7 @@ from daemon_harness import (
 )
 
 from cronkeeper import clock
-from cronkeeper.db import leader as dbl
+from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.errors import LeadershipLost

@@ -84,7 +84,7 @@ def test_a_multi_host_url_connects_to_the_host_that_answers():
     from daemon_harness import shared_postgres
 
     from cronkeeper.db.engine import make_engine
-    from cronkeeper.db.leader import lock_connect
+    from cronkeeper.db.leadership import lock_connect
 
     pg = shared_postgres()
     url = normalize_url(f"postgresql://postgres@127.0.0.1:1,127.0.0.1:{pg.port}/{pg.database}"

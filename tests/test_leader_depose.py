@@ -1,4 +1,4 @@
-"""`leader_depose_stale` terminates only the backend that leads with a stale heartbeat: never a
+"""`leadership_depose_stale` terminates only the backend that leads with a stale heartbeat: never a
 newer backend that happens to carry the pid the leadership row recorded (the server reuses pid
 numbers, and after a failover or restart they start again)."""
 
@@ -9,8 +9,9 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
-from cronkeeper.db import leader as dbl
+from cronkeeper.db import leadership as dbl
 from cronkeeper.db.engine import advisory_key, normalize_url
+from cronkeeper.db.sessions import backend_pid_now
 
 
 @pytest.fixture
@@ -36,12 +37,12 @@ def _record(conn: psycopg.Connection, cluster: str, pid: int, since: datetime) -
 
 def test_a_stale_leader_is_deposed(sessions, cluster) -> None:
     holder, standby, key = sessions
-    pid = dbl.backend_pid_now(holder)
+    pid = backend_pid_now(holder)
     # won after its backend started, silent for an hour: the frozen leader itself
     start = standby.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = %s",
                             (pid,)).fetchone()[0]  # fmt: skip
     _record(standby, cluster, pid, start + timedelta(milliseconds=1))
-    assert dbl.leader_depose_stale(standby, cluster, key, stale_after=10) == pid
+    assert dbl.leadership_depose_stale(standby, cluster, key, stale_after=10) == pid
     with pytest.raises(psycopg.OperationalError):
         holder.execute("SELECT 1")
 
@@ -51,9 +52,9 @@ def test_a_newer_backend_with_the_recorded_pid_is_left_alone(sessions, cluster) 
     that pid started after that, so it is not that leader (a just-won leader after a failover
     whose pid repeats the old one's): it must not be terminated."""
     holder, standby, key = sessions
-    pid = dbl.backend_pid_now(holder)
+    pid = backend_pid_now(holder)
     now = standby.execute("SELECT clock_timestamp()").fetchone()[0]
     _record(standby, cluster, pid, now - timedelta(hours=1))
-    assert dbl.leader_depose_stale(standby, cluster, key, stale_after=10) is None
+    assert dbl.leadership_depose_stale(standby, cluster, key, stale_after=10) is None
     assert holder.execute("SELECT 1").fetchone() == (1,)
     assert dbl.lock_holder_pid(standby, key) == pid

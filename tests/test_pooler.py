@@ -93,12 +93,13 @@ def test_run_refuses_a_transaction_pooling_proxy(pgbouncer, private_pg, cluster,
 
 
 def test_a_direct_connection_is_accepted_as_pinned(database_url, schema):
-    from cronkeeper.db import leader as dbl
+    from cronkeeper.db import leadership as dbl
     from cronkeeper.db.engine import normalize_url
+    from cronkeeper.db.sessions import session_is_pinned
 
     url = normalize_url(database_url)
     with dbl.lock_connect(url, schema, "t") as conn, dbl.lock_connect(url, schema, "probe") as probe:
-        assert dbl.session_is_pinned(conn, probe) is True
+        assert session_is_pinned(conn, probe) is True
 
 
 def test_worker_wakeups_detect_a_transaction_pooling_proxy_and_leave_polling(pgbouncer, private_pg, caplog):

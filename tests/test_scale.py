@@ -15,7 +15,7 @@ import pytest
 from daemon_harness import schedule_toml, set_path, shared_postgres, wait_for, write_schedules
 
 from cronkeeper import clock, scheduler
-from cronkeeper.db import leader as dbl
+from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.election import Node

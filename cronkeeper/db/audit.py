@@ -14,19 +14,6 @@ import sqlalchemy as sa
 from cronkeeper.db.engine import driver, one_row
 
 
-def session_jit_off(conn: sa.Connection | psycopg.Connection) -> None:
-    """No JIT compilation for the rest of this transaction: the reads behind ``status`` are
-    many short statements, each of which JIT would only slow down."""
-    driver(conn).execute("SET LOCAL jit = off")
-
-
-def session_utc(conn: sa.Connection | psycopg.Connection) -> datetime:
-    """Timestamps in UTC for the rest of this transaction; returns the database's now."""
-    c = driver(conn)
-    c.execute("SELECT set_config('TimeZone', 'UTC', true)")
-    return one_row(c.execute("SELECT clock_timestamp()"))[0]
-
-
 def versions_all(
     conn: sa.Connection | psycopg.Connection, schedules: Sequence[str] | None = None
 ) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
@@ -228,22 +215,6 @@ def instances_stopped_recently(
     )
     names = [d.name for d in cur.description or ()]
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def leadership_current(conn: sa.Connection | psycopg.Connection, cluster: str) -> dict | None:
-    """The cluster's leadership row with the heartbeat's age in seconds, or None."""
-    cur = driver(conn).execute(
-        """
-        SELECT term, instance_id, since, heartbeat_at, released_at,
-               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
-        FROM leadership WHERE cluster = %s
-        """,
-        (cluster,),
-    )
-    row = cur.fetchone()
-    if row is None:
-        return None
-    return dict(zip([d.name for d in cur.description or ()], row, strict=True))
 
 
 def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:

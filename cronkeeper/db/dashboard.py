@@ -17,18 +17,6 @@ import sqlalchemy as sa
 from cronkeeper.db.engine import driver, one_row
 
 
-def snapshot_one(conn: sa.Connection | psycopg.Connection) -> None:
-    """The rest of this transaction reads one snapshot (REPEATABLE READ, read only): a page
-    that reads the same periods twice (a state filter, then the shown strips) sees them
-    once. The first statement of the transaction. JIT compilation is off for it: the page's
-    statements are index range scans of a tenth of a second, but the planner, which cannot see
-    how many schedules an ``unnest`` of arrays holds, costs them past ``jit_above_cost`` and
-    spent 0.2-0.3 s compiling each (EXPLAIN ANALYZE, docs/web.md)."""
-    db = driver(conn)
-    db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    db.execute("SET LOCAL jit = off")
-
-
 def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
     """(highest id, row count) of ``schedule_versions``: versions are only ever appended, so an
     unchanged stamp means the parsed versions a reader keeps are still current. An index-only

@@ -1,4 +1,5 @@
-"""The idempotency helper's statement: claim an effect once, in the caller's transaction."""
+"""The ``effects`` table: the idempotency helper's statement, claiming an effect once in the
+caller's transaction (a sync connection, or an ``async def`` handler's async one)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,13 @@ def effects_claim(conn: sa.Connection | psycopg.Connection, schema: str, name: s
         if isinstance(conn, sa.Connection):
             return conn.exec_driver_sql(sql, params).fetchone() is not None
         return conn.execute(sql, params).fetchone() is not None
+
+
+async def effects_claim_async(
+    conn: psycopg.AsyncConnection, schema: str, name: str, job_key: str | None
+) -> bool:
+    """``effects_claim`` on an async connection: True the first time only."""
+    sql = _CLAIM_EFFECT.format(schema=check_schema_name(schema))
+    with translate_errors("claiming an effect"):
+        cur = await conn.execute(sql, {"key": name, "job": job_key})
+        return await cur.fetchone() is not None

@@ -102,8 +102,8 @@ def enqueue_statement(
     timeout: float,
     backoff: dict[str, float] | None,
 ) -> tuple[str, dict[str, Any]]:
-    """The checked INSERT (with its wake-up) and its parameters: shared by ``enqueue`` and the
-    async enqueue of ``db/sessions.py``."""
+    """The checked INSERT (with its wake-up) and its parameters: shared by ``enqueue`` and
+    ``enqueue_async``."""
     _check("enqueue", task, payload, key, max_attempts, timeout)
     at, delay = _when("enqueue", run_after)
     params = {
@@ -114,6 +114,23 @@ def enqueue_statement(
         "channel": wake_channel(schema),
     }
     return _INSERT.format(schema=_quoted(schema), wake=wake("ins", "%(channel)s")), params
+
+
+async def enqueue_async(
+    conn: psycopg.AsyncConnection, task: str, payload: dict[str, Any] | None = None, *,
+    key: str, schema: str = "cronkeeper", **options: Any,
+) -> int | None:
+    """``cronkeeper.enqueue`` on an async connection (same checks, same statement)."""
+    if not isinstance(conn, psycopg.AsyncConnection):
+        raise UsageError(f"enqueue_async needs a psycopg AsyncConnection, not {type(conn).__name__}")
+    sql, params = enqueue_statement(
+        task, payload, key=key, schema=schema, run_after=options.pop("run_after", None),
+        max_attempts=options.pop("max_attempts", 5), timeout=options.pop("timeout", 600.0),
+        backoff=options.pop("backoff", None), **options,
+    )
+    with translate_errors("enqueueing a job"):
+        row = await (await conn.execute(sql, params)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def enqueue_many(

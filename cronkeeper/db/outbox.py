@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 
-from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.engine import driver, one_row, translate_errors
 from cronkeeper.db.wake import wake
 
 # payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
@@ -260,6 +261,16 @@ def outbox_complete(
     params = {"ids": int_array(ids), "attempts": int_array(attempts),
               "ages": None if ages is None else float_array(ages), "worker": worker_id}
     return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
+
+
+async def outbox_complete_async(
+    conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int]
+) -> list[int]:
+    """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's)."""
+    params = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
+    with translate_errors("completing the job"):
+        cur = await conn.execute(_COMPLETE, params, binary=True)
+        return [r[0] for r in await cur.fetchall()]
 
 
 def int_array(values: list[int]) -> str:

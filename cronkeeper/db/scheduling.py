@@ -49,10 +49,6 @@ class PeriodRow(NamedTuple):
     owner: str | None = None
 
 
-def db_now(conn: psycopg.Connection) -> datetime:
-    return one_row(conn.execute("SELECT clock_timestamp()"))[0]
-
-
 def versions_in_force(
     conn: psycopg.Connection, after: str = "", limit: int | None = None
 ) -> list[VersionRow]:

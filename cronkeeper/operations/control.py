@@ -10,6 +10,7 @@ from datetime import datetime
 
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
+from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.planning import Decision, Outcome, Reason
 from cronkeeper.schedule.diagnostics import safe
@@ -50,7 +51,7 @@ def trigger_job(engine: Engine, name: str) -> tuple[int, str]:
         raw = driver(conn)
         version = live_version(raw, name)
         spec, _ = stored_spec(version)
-        now = dbs.db_now(raw)
+        now = db_now(raw)
         row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
         key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
         row = row._replace(key=key, run_after=now)  # PeriodRow is a NamedTuple
@@ -71,7 +72,7 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
     with translate_errors("backfilling"), engine.begin() as conn:
         raw = driver(conn)
         live_version(raw, name)
-        until = min(until, dbs.db_now(raw))
+        until = min(until, db_now(raw))
         rows = []
         versions = dbs.versions_history(raw, name)
         decided = dbs.periods_decided(raw, name, after, until)

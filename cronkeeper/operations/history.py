@@ -21,6 +21,7 @@ from cronkeeper.audit import (
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.sessions import session_utc
 from cronkeeper.errors import CronkeeperError, UnreadableVersion, UsageError
 from cronkeeper.timing import parse_instant
 
@@ -31,7 +32,7 @@ def collect(
 ) -> Audit:
     """Read what the audit needs and run it. ``since`` is ``24h`` or ISO; ``until`` ISO or None."""
     with translate_errors("reading the history"), engine.connect() as conn:
-        now = dba.session_utc(conn)
+        now = session_utc(conn)
         try:
             start = parse_since(since, now)
             end = parse_instant(until) if until else now

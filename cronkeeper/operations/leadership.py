@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cronkeeper.db import audit as dba
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.leadership import leadership_current
 
 # A leader whose heartbeat is older than this is not counted as leading (``--leader-timeout``).
 DEFAULT_LEADER_TIMEOUT = 10.0
@@ -38,6 +38,6 @@ def leaderless(engine: Engine, cluster: str,
                leader_timeout: float = DEFAULT_LEADER_TIMEOUT) -> tuple[bool, LastLeader | None]:
     """(True when no instance leads now, the last leader the cluster had)."""
     with translate_errors("reading the leader"), engine.connect() as conn:
-        row = dba.leadership_current(conn, cluster)
+        row = leadership_current(conn, cluster)
         conn.rollback()
     return not leads(row, leader_timeout), last_leader(row)

@@ -39,18 +39,19 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     )
     from cronkeeper.db import audit as dba
     from cronkeeper.db.engine import leader_lock_key, translate_errors
-    from cronkeeper.db.leader import lock_holder_pid
+    from cronkeeper.db.leadership import leadership_current, lock_holder_pid
+    from cronkeeper.db.sessions import session_jit_off, session_utc
     from cronkeeper.errors import UnreadableVersion
     from cronkeeper.operations.leadership import leads
 
     key = leader_lock_key(schema, cluster)
     pool = ThreadPoolExecutor(1, thread_name_prefix="status-runtimes")
     with pool, translate_errors("reading the cluster's status"), engine.connect() as conn:
-        now = dba.session_utc(conn)
+        now = session_utc(conn)
         # JIT off: the statements are index scans per schedule, which the planner (blind to how
         # many names an unnest holds) costs past jit_above_cost; compiling took a second.
-        dba.session_jit_off(conn)
-        lead = dba.leadership_current(conn, cluster)
+        session_jit_off(conn)
+        lead = leadership_current(conn, cluster)
         instances = dba.instances_live(conn, cluster, live_within)
         stopped = dba.instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
         held = lock_holder_pid(conn, key) is not None
@@ -165,12 +166,12 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
 def runtimes_read(engine: Any, names: list[str]
                   ) -> dict[str, tuple[int, float | None, float | None, int]]:
     """``attempts_runtimes`` for ``names`` in a transaction of its own (JIT off, as above)."""
-    from cronkeeper.db import audit as dba
     from cronkeeper.db.attempts import attempts_runtimes
     from cronkeeper.db.engine import translate_errors
+    from cronkeeper.db.sessions import session_jit_off
 
     with translate_errors("reading the schedules' run times"), engine.connect() as conn:
-        dba.session_jit_off(conn)
+        session_jit_off(conn)
         figures_of = attempts_runtimes(conn, names, SAMPLE)
         conn.rollback()
     return figures_of

@@ -25,6 +25,7 @@ from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.engine import translate_errors
+from cronkeeper.db.sessions import session_snapshot, session_utc
 from cronkeeper.period_states import audit_states, expected_tail, holds
 from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
 from cronkeeper.timing.describe import describe
@@ -95,7 +96,7 @@ class VersionsCache:
         """Read and parse every version now (at start), and compute each schedule's window
         and expected fires, so no visitor waits for them (the first state filter would)."""
         with translate_errors("reading the schedules"), engine.connect() as conn:
-            now = dba.session_utc(conn)
+            now = session_utc(conn)
             versions = self.get(conn)
             conn.rollback()
         for vs in versions.values():
@@ -145,8 +146,8 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
     (``missing``, ``dead``, ... or ``paused``) looks at every schedule's strip; without one,
     only the shown page's strips are computed."""
     with translate_errors("reading the schedules"), engine.connect() as conn:
-        dbd.snapshot_one(conn)  # the filter and the strips it lets through read the same rows
-        now = dba.session_utc(conn)
+        session_snapshot(conn)  # the filter and the strips it lets through read the same rows
+        now = session_utc(conn)
         versions = cache.get(conn)
         specs = specs_in_force(versions)
         current = {n: versions[n] for n in specs}
@@ -263,7 +264,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
     """One schedule: its strip (ending at ``until``, default now), versions with validity,
     next fires; None when the schedule is unknown."""
     with translate_errors("reading the schedule"), engine.connect() as conn:
-        now = dba.session_utc(conn)
+        now = session_utc(conn)
         versions = cache.get(conn).get(name)
         if not versions:
             conn.rollback()
@@ -302,7 +303,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
 def instances(engine: Any, cluster: str, status_doc: dict) -> dict:
     """Every instance (stale ones marked), the leader, and what disagrees."""
     with translate_errors("reading the instances"), engine.connect() as conn:
-        dba.session_utc(conn)
+        session_utc(conn)
         every = dbd.instances_all(conn, cluster)
         conn.rollback()
     live = [i for i in every if i["heartbeat_age"] <= LIVE_WITHIN and i["role"] != "stopped"]
@@ -325,7 +326,7 @@ def queue(engine: Any, window: float = 300.0) -> dict:
     """The four numbers, from the same statements as the metrics and ``status``: depth by
     state, the oldest ready job's age, the failure rate and attempts per job."""
     with translate_errors("reading the queue"), engine.connect() as conn:
-        dba.session_utc(conn)
+        session_utc(conn)
         depth = dba.outbox_depth(conn)
         oldest = dba.outbox_oldest_available(conn)
         retrying = dba.outbox_retrying(conn)

@@ -23,14 +23,14 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cronkeeper.db.effects import effects_claim_async
+from cronkeeper.db.enqueue import enqueue_async
+from cronkeeper.db.outbox import outbox_complete_async
 from cronkeeper.db.sessions import (
     AsyncConnection,
     async_connection_drop,
     async_connection_reusable,
     async_job_connection,
-    effects_claim_async,
-    enqueue_async,
-    outbox_complete_async,
 )
 from cronkeeper.worker.context import JobFacts
 

@@ -23,7 +23,7 @@ from cronkeeper import clock
 from cronkeeper.claiming import ReconnectBackoff
 from cronkeeper.db import wake as db_wake
 from cronkeeper.db.engine import DRIVER_ERRORS, Engine, describe
-from cronkeeper.db.leader import session_is_pinned
+from cronkeeper.db.sessions import session_is_pinned
 
 log = logging.getLogger("cronkeeper.worker")
 

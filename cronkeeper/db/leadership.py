@@ -1,9 +1,14 @@
-"""Statements of the leader election, run on the dedicated lock session (a raw psycopg
-connection in autocommit mode, so each statement's transaction is explicit)."""
+"""The ``leadership`` table and the advisory lock it records: statements of the leader election,
+run on the dedicated lock session (a raw psycopg connection in autocommit mode, so each
+statement's transaction is explicit), and the reads of who leads.
+
+The session itself (its backend pid, its idle timeout, whether a pooler pins it) is
+``db/sessions.py``'s."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from sqlalchemy.engine import URL
@@ -27,6 +32,7 @@ _HOLDS_LOCK = """
 
 
 def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connection:
+    """The lock session: autocommit, search_path on ``schema``, keepalives on both sides."""
     check_schema_name(schema)
     return psycopg.connect(
         conninfo(url, options=f"-c search_path={schema} {SERVER_KEEPALIVES}"),
@@ -36,37 +42,32 @@ def lock_connect(url: URL, schema: str, application_name: str) -> psycopg.Connec
     )
 
 
-def backend_pid_now(conn: psycopg.Connection) -> int:
-    """The backend serving this transaction, asked of the server: behind a transaction-pooling
-    proxy it can differ from transaction to transaction (``session_is_pinned``), unlike the
-    pid libpq learnt at connect (``db.sessions.backend_pid``)."""
-    return one_row(conn.execute("SELECT pg_backend_pid()"))[0]
-
-
 def lock_wait(conn: psycopg.Connection, key: int) -> bool:
     """Block on the lock itself until it is granted: True. False when the wait was cancelled
     (``conn.cancel_safe()`` from another thread, on shutdown)."""
     try:
-        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+        conn.execute("SELECT pg_advisory_lock(%(key)s)", {"key": key})
     except psycopg.errors.QueryCanceled:
         return False
     return True
 
 
 def lock_release(conn: psycopg.Connection, key: int) -> None:
-    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    conn.execute("SELECT pg_advisory_unlock(%(key)s)", {"key": key})
 
 
-def session_idle_timeout_set(conn: psycopg.Connection, seconds: float) -> None:
-    """The server ends this session (and frees its lock) after ``seconds`` idle, between
-    transactions or inside one: a frozen leader stops sending queries but its kernel still
-    answers keepalives. The healthy leader is never idle that long (it heartbeats every second)."""
-    ms = f"{int(seconds * 1000)}"
-    conn.execute(
-        "SELECT set_config('idle_session_timeout', %s, false),"
-        " set_config('idle_in_transaction_session_timeout', %s, false)",
-        (ms, ms),
-    )
+def lock_holder_pid(conn: psycopg.Connection | Connection, key: int) -> int | None:
+    """The backend that holds advisory lock ``key`` (the leader's session), or None."""
+    classid, objid = lock_key_parts(key)
+    row = driver(conn).execute(
+        """
+        SELECT pid FROM pg_locks
+        WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s
+          AND objsubid = 1 AND granted
+        """,
+        {"classid": classid, "objid": objid},
+    ).fetchone()
+    return row[0] if row else None
 
 
 def leadership_claim(conn: psycopg.Connection, cluster: str, instance_id: str) -> tuple[int, datetime]:
@@ -106,12 +107,15 @@ def leadership_confirm(
 
 def leadership_release(conn: psycopg.Connection, cluster: str, term: int) -> None:
     conn.execute(
-        "UPDATE leadership SET released_at = clock_timestamp() WHERE cluster = %s AND term = %s",
-        (cluster, term),
+        """
+        UPDATE leadership SET released_at = clock_timestamp()
+        WHERE cluster = %(cluster)s AND term = %(term)s
+        """,
+        {"cluster": cluster, "term": term},
     )
 
 
-def leader_depose_stale(
+def leadership_depose_stale(
     conn: psycopg.Connection, cluster: str, key: int, stale_after: float
 ) -> int | None:
     """Terminate the backend of a leader whose heartbeat is older than ``stale_after`` seconds
@@ -137,35 +141,17 @@ def leader_depose_stale(
     return row[0] if row and row[1] else None
 
 
-def lock_holder_pid(conn: psycopg.Connection | Connection, key: int) -> int | None:
-    """The backend that holds advisory lock ``key`` (the leader's session), or None."""
-    classid, objid = lock_key_parts(key)
-    row = driver(conn).execute(
+def leadership_current(conn: Connection | psycopg.Connection, cluster: str) -> dict[str, Any] | None:
+    """The cluster's leadership row with the heartbeat's age in seconds, or None."""
+    cur = driver(conn).execute(
         """
-        SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s
-          AND objsubid = 1 AND granted
+        SELECT term, instance_id, since, heartbeat_at, released_at,
+               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
+        FROM leadership WHERE cluster = %(cluster)s
         """,
-        (classid, objid),
-    ).fetchone()
-    return row[0] if row else None
-
-
-def backend_terminate(conn: psycopg.Connection, pid: int) -> bool:
-    return bool(one_row(conn.execute("SELECT pg_terminate_backend(%s)", (pid,)))[0])
-
-
-def session_is_pinned(conn: psycopg.Connection, probe: psycopg.Connection) -> bool:
-    """True when this connection keeps one backend of its own across transactions.
-
-    Behind a transaction-pooling proxy (PgBouncer, Supavisor) it does not, and a session
-    advisory lock is then orphaned or silently released. With a single client such a proxy
-    tends to hand back the same backend, so a second connection (``probe``) holds a
-    transaction open in between: through a proxy it is given the backend the first one just
-    used, or the first one is moved to another; on a direct connection neither can happen."""
-    with conn.transaction():
-        first = backend_pid_now(conn)
-    with probe.transaction():
-        other = backend_pid_now(probe)
-        with conn.transaction():
-            second = backend_pid_now(conn)
-    return first == second and other != first
+        {"cluster": cluster},
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    return dict(zip([d.name for d in cur.description or ()], row, strict=True))

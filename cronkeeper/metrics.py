@@ -317,9 +317,9 @@ class DatabaseCollector(Collector):
                 *self._fleet(conn), *self._schedules(conn)]
 
     def _fleet(self, conn: Any) -> list:
-        from cronkeeper.db import audit as dba
+        from cronkeeper.db.instances import instances_live
 
-        live = dba.instances_live(conn, self.cluster, self.live_within)
+        live = instances_live(conn, self.cluster, self.live_within)
         instances = GaugeMetricFamily("cronkeeper_instances", "Live instances of the cluster "
                                       "(recent heartbeat), by kind.", labels=["kind"])
         digests = GaugeMetricFamily("cronkeeper_schedule_digests", "Distinct schedule-set digests "

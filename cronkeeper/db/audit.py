@@ -179,44 +179,6 @@ def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) ->
     return int(row[0]), int(row[1]), int(row[2])
 
 
-def instances_live(
-    conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float = 30.0
-) -> list[dict[str, Any]]:
-    """Instances of the cluster whose heartbeat is recent and that have not stopped, schedulers
-    first."""
-    cur = driver(conn).execute(
-        """
-        SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
-               started_at, heartbeat_at, clock_skew_seconds
-        FROM instances
-        WHERE cluster = %(c)s AND heartbeat_at > clock_timestamp() - make_interval(secs => %(w)s)
-          AND role <> 'stopped'
-        ORDER BY kind, instance_id
-        """,
-        {"c": cluster, "w": within_seconds},
-    )
-    names = [d.name for d in cur.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def instances_stopped_recently(
-    conn: sa.Connection | psycopg.Connection, cluster: str, within_seconds: float
-) -> list[dict[str, Any]]:
-    """Instances that stopped gracefully (role ``stopped``) within ``within_seconds``; their
-    heartbeat is their last one, so it says when they stopped."""
-    cur = driver(conn).execute(
-        """
-        SELECT instance_id, kind, host, version, heartbeat_at FROM instances
-        WHERE cluster = %(c)s AND role = 'stopped'
-          AND heartbeat_at > clock_timestamp() - make_interval(secs => %(w)s)
-        ORDER BY kind, instance_id
-        """,
-        {"c": cluster, "w": within_seconds},
-    )
-    names = [d.name for d in cur.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
 def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:
     """The stored spec of the schedule's newest version (None: removed, or no version)."""
     row = driver(conn).execute(

@@ -162,23 +162,6 @@ def periods_window_states(
     return out
 
 
-def instances_all(conn: sa.Connection | psycopg.Connection, cluster: str) -> list[dict[str, Any]]:
-    """Every registered instance of the cluster, stale ones too, with its heartbeat's age in
-    seconds (the primary key's cluster prefix)."""
-    cur = driver(conn).execute(
-        """
-        SELECT instance_id, kind, host, pid, version, schedules_digest, tzdata_version, role,
-               started_at, heartbeat_at, clock_skew_seconds,
-               extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 AS heartbeat_age
-        FROM instances WHERE cluster = %(c)s
-        ORDER BY kind, instance_id
-        """,
-        {"c": cluster},
-    )
-    names = [d.name for d in cur.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
 def outbox_attempts_per_job(
     conn: sa.Connection | psycopg.Connection, seconds: float
 ) -> tuple[int, int, int]:

@@ -39,6 +39,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     )
     from cronkeeper.db import audit as dba
     from cronkeeper.db.engine import leader_lock_key, translate_errors
+    from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
     from cronkeeper.db.sessions import session_jit_off, session_utc
     from cronkeeper.errors import UnreadableVersion
@@ -52,8 +53,8 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         # many names an unnest holds) costs past jit_above_cost; compiling took a second.
         session_jit_off(conn)
         lead = leadership_current(conn, cluster)
-        instances = dba.instances_live(conn, cluster, live_within)
-        stopped = dba.instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
+        instances = instances_live(conn, cluster, live_within)
+        stopped = instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
         held = lock_holder_pid(conn, key) is not None
         problems: list[str] = []
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cronkeeper.db import audit as dba
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.instances import instances_live
 from cronkeeper.db.migrate import FIRST_RELEASE, Migration, pending, release_key, schema_state
 
 # Instances whose heartbeat is this recent count as running (as ``status`` counts them).
@@ -58,7 +58,7 @@ def migration_plan(engine: Engine, schema: str, cluster: str) -> MigrationPlan:
     with translate_errors("reading the schema version"), engine.connect() as conn:
         state = schema_state(conn, schema)
         todo = pending(conn, schema)
-        live = dba.instances_live(conn, cluster, LIVE_WITHIN) if state.version else []
+        live = instances_live(conn, cluster, LIVE_WITHIN) if state.version else []
         conn.rollback()
     oldest = max([state.oldest_release, *(m.oldest_release for m in todo)], key=release_key)
     result = todo[-1].version if todo else state.version

@@ -25,6 +25,7 @@ from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.engine import translate_errors
+from cronkeeper.db.instances import instances_all
 from cronkeeper.db.sessions import session_snapshot, session_utc
 from cronkeeper.period_states import audit_states, expected_tail, holds
 from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
@@ -304,7 +305,7 @@ def instances(engine: Any, cluster: str, status_doc: dict) -> dict:
     """Every instance (stale ones marked), the leader, and what disagrees."""
     with translate_errors("reading the instances"), engine.connect() as conn:
         session_utc(conn)
-        every = dbd.instances_all(conn, cluster)
+        every = instances_all(conn, cluster)
         conn.rollback()
     live = [i for i in every if i["heartbeat_age"] <= LIVE_WITHIN and i["role"] != "stopped"]
     digests = {i["schedules_digest"] for i in live if i["kind"] == "scheduler"}

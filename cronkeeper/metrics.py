@@ -399,17 +399,15 @@ class DatabaseCollector(Collector):
         when a version was recorded since (versions are only appended). Parsing every stored
         spec was most of a scrape's cost; this keeps about 200 B per schedule (triggers are
         shared), not the parsed specs (1.4 KiB each)."""
-        from cronkeeper.db import dashboard as dbd
-        from cronkeeper.db import scheduling as dbs
-        from cronkeeper.db.engine import driver
+        from cronkeeper.db.schedule_versions import versions_in_force, versions_stamp
         from cronkeeper.schedule.model import read_stored_version
 
-        stamp = dbd.versions_stamp(conn)
+        stamp = versions_stamp(conn)
         with self._lock:
             if stamp == self._versions_stamp:
                 return self._current
         current: dict[str, _Current] = {}
-        for row in dbs.versions_in_force(driver(conn)):
+        for row in versions_in_force(conn):
             version_id, name, data, active_from = row.id, row.schedule, row.spec, row.active_from
             if data is None:
                 continue  # removed
@@ -469,8 +467,7 @@ class DatabaseCollector(Collector):
         and log each newly missing period at warning."""
         from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
         from cronkeeper.db import audit as dba
-        from cronkeeper.db import scheduling as dbs
-        from cronkeeper.db.engine import driver
+        from cronkeeper.db.schedule_versions import versions_all, versions_in_force
         from cronkeeper.db.sessions import session_utc
 
         missing: dict[tuple[str, str], int] = {}
@@ -478,11 +475,11 @@ class DatabaseCollector(Collector):
             with self.engine.connect() as conn:
                 now = session_utc(conn)
                 since = now - AUDIT_WINDOW
-                names = [row.schedule for row in dbs.versions_in_force(driver(conn))]
+                names = [row.schedule for row in versions_in_force(conn)]
                 for i in range(0, len(names), AUDIT_CHUNK):
                     chunk = names[i:i + AUDIT_CHUNK]
                     versions = {}
-                    for name, vs in self._parsed(dba.versions_all(conn, chunk)):
+                    for name, vs in self._parsed(versions_all(conn, chunk)):
                         if in_window(vs, since, now):
                             versions[name] = vs
                     rows_of = dba.periods_range_many(conn, list(versions), since, now)

@@ -21,6 +21,8 @@ from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
+from cronkeeper.db.schedule_controls import controls_paused
+from cronkeeper.db.schedule_versions import VersionRow, versions_in_force, versions_insert
 from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, LeadershipLost
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, key_stamp, plan
@@ -134,7 +136,7 @@ class Scheduler:
         while True:
             with self.conn.transaction():
                 now = self.confirm()
-                page = dbs.versions_in_force(self.conn, cursor, LOAD_ROWS)
+                page = versions_in_force(self.conn, cursor, LOAD_ROWS)
                 versions = [v for v in page if v.spec is not None]
                 last = dbs.periods_last(self.conn, [v.schedule for v in versions])
             floor = now - self.resume_floor
@@ -230,7 +232,7 @@ class Scheduler:
                     # new ones take over from exactly there: no instant is left to neither.
                     at = min(self._horizon, now) if self._horizon is not None else now
                 batch = [_version_row(name, spec) for name, spec in rows]
-                ids.update(dbs.versions_insert(self.conn, batch, at, self.term))
+                ids.update(versions_insert(self.conn, batch, at, self.term))
         self._progress()  # committed: a term that ends now leaves this batch adopted
         return at
 
@@ -334,7 +336,7 @@ class Scheduler:
         """Plan and claim inside the tick's transaction; return its now and, per batch, the
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
-        paused = dbs.controls_paused(self.conn)
+        paused = controls_paused(self.conn)
         busy = dbs.outbox_unfinished(
             self.conn,
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
@@ -435,7 +437,7 @@ def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | 
     return name, digest, text
 
 
-def stored_spec(version: dbs.VersionRow) -> tuple[ScheduleSpec, Trigger]:
+def stored_spec(version: VersionRow) -> tuple[ScheduleSpec, Trigger]:
     """The spec and trigger of a stored version row (UnreadableVersion if it cannot be read)."""
     return read_stored_version(version.schedule, version.id, version.spec)
 

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from cronkeeper.cli.main import cli
-from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.schedule_controls import controls_paused
+from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.db.sessions import db_now
 from cronkeeper.schedule.model import Misfire, ScheduleSpec
 
@@ -23,7 +24,7 @@ def raw(database_url, schema):
 
 def record_version(raw, spec: ScheduleSpec, ago: timedelta):
     now = db_now(raw)
-    ids = dbs.versions_insert(raw, [(spec.name, spec.digest, spec.to_json())], now - ago, term=1)
+    ids = versions_insert(raw, [(spec.name, spec.digest, spec.to_json())], now - ago, term=1)
     return ids[spec.name], now
 
 
@@ -39,9 +40,9 @@ SPEC = ScheduleSpec(name="report", timezone="UTC", misfire=Misfire.SKIP, every=6
 def test_pause_and_resume_set_the_control_row(database_url, schema, raw):
     record_version(raw, SPEC, timedelta(hours=1))
     assert invoke(database_url, schema, "pause", "report").exit_code == 0
-    assert dbs.controls_paused(raw) == {"report"}
+    assert controls_paused(raw) == {"report"}
     assert invoke(database_url, schema, "resume", "report").exit_code == 0
-    assert dbs.controls_paused(raw) == set()
+    assert controls_paused(raw) == set()
 
 
 def test_pause_of_an_unknown_schedule_names_the_close_one(database_url, schema, raw):
@@ -49,7 +50,7 @@ def test_pause_of_an_unknown_schedule_names_the_close_one(database_url, schema, 
     result = invoke(database_url, schema, "pause", "reprot")
     assert result.exit_code == 1
     assert "did you mean 'report'" in result.output
-    assert dbs.controls_paused(raw) == set()
+    assert controls_paused(raw) == set()
 
 
 def test_trigger_writes_one_manual_job_each_time(database_url, schema, raw):

@@ -18,6 +18,7 @@ from cronkeeper import clock, scheduler
 from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import leader_lock_key, normalize_url
+from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.election import Node
 from cronkeeper.planning import Decision, Outcome, Reason
 from cronkeeper.schedule import load_valid
@@ -243,7 +244,7 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
     try:
         at = datetime(2026, 1, 1, tzinfo=UTC)
         later = at + timedelta(seconds=30)
-        ids = dbs.versions_insert(conn, [(f"s{i}", "d", "{}") for i in range(6)]
+        ids = versions_insert(conn, [(f"s{i}", "d", "{}") for i in range(6)]
                                   + [(odd, "d", "{}")], at, 1)
 
         def row(name: str, when: datetime, outcome: str = "emitted", reason: str | None = None,

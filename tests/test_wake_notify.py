@@ -15,6 +15,7 @@ import cronkeeper
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db
 from cronkeeper.db import scheduling as dbs
+from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.db.wake import wake_channel
 
 
@@ -115,7 +116,7 @@ def test_worker_statements_notify_only_when_they_make_a_job_available(engine, sc
 def test_the_leaders_claim_and_a_manual_trigger_notify(schema, listener, raw):
     channel = wake_channel(schema)
     now = datetime.now(UTC).replace(microsecond=0)
-    ids = dbs.versions_insert(raw, [("tick", "d1", {"task": "t"})], now - timedelta(hours=1), 1)
+    ids = versions_insert(raw, [("tick", "d1", {"task": "t"})], now - timedelta(hours=1), 1)
 
     def period(at: datetime, outcome: str = "emitted") -> dbs.PeriodRow:
         emitted = outcome == "emitted"

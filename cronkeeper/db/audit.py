@@ -6,28 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
-
-
-def versions_all(
-    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str] | None = None
-) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
-    """Every version of the schedules (all when None): (id, schedule, spec, active_from),
-    ordered by schedule then active_from."""
-    return driver(conn).execute(
-        """
-        SELECT id, schedule, spec, active_from FROM schedule_versions
-        WHERE %(names)s::text[] IS NULL OR schedule = ANY(%(names)s::text[])
-        ORDER BY schedule, active_from, id
-        """,
-        {"names": list(schedules) if schedules is not None else None},
-    ).fetchall()
-
 
 # A schedule's recorded periods with their jobs, shaped as ``audit.Record`` (after the
 # schedule's name when {name} is "p.schedule,"): instants as Unix seconds, in binary.
@@ -112,10 +95,6 @@ def periods_last_emitted(
     return {s: t for s, t in rows if t is not None}
 
 
-def controls_all(conn: sa.Connection | psycopg.Connection) -> dict[str, bool]:
-    return dict(driver(conn).execute("SELECT schedule, paused FROM schedule_controls").fetchall())
-
-
 def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:
     """Jobs in the outbox by state."""
     return dict(driver(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
@@ -177,15 +156,3 @@ def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) ->
         {"s": seconds},
     ))
     return int(row[0]), int(row[1]), int(row[2])
-
-
-def versions_current_of(conn: sa.Connection | psycopg.Connection, schedule: str) -> Any:
-    """The stored spec of the schedule's newest version (None: removed, or no version)."""
-    row = driver(conn).execute(
-        """
-        SELECT spec FROM schedule_versions WHERE schedule = %s
-        ORDER BY active_from DESC, id DESC LIMIT 1
-        """,
-        (schedule,),
-    ).fetchone()
-    return row[0] if row else None

@@ -9,23 +9,11 @@ import sys
 from array import array
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import psycopg
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
-
-
-def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
-    """(highest id, row count) of ``schedule_versions``: versions are only ever appended, so an
-    unchanged stamp means the parsed versions a reader keeps are still current. An index-only
-    look at the primary key plus a count."""
-    row = one_row(driver(conn).execute(
-        "SELECT coalesce(max(id), 0), count(*) FROM schedule_versions"
-    ))
-    return int(row[0]), int(row[1])
-
 
 PERIODS_WINDOWS = """
 SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
@@ -39,17 +27,6 @@ LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_
                   AND p.outcome = 'emitted'
 ORDER BY w.s, p.scheduled_for, o.id
 """
-
-
-def versions_after(
-    conn: sa.Connection | psycopg.Connection, after_id: int
-) -> list[tuple[int, str, dict[str, Any] | None, datetime]]:
-    """Versions recorded after ``after_id`` (id, schedule, spec, active_from), in id order: a
-    range scan of the primary key. Readers that keep parsed versions read only what is new."""
-    return driver(conn).execute(
-        "SELECT id, schedule, spec, active_from FROM schedule_versions WHERE id > %s ORDER BY id",
-        (after_id,),
-    ).fetchall()
 
 
 def periods_windows(

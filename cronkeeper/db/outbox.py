@@ -422,17 +422,3 @@ def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000,
     renewed, and its holder, alive, renews it (and records the endings it kept) within that
     margin of the server answering. The restart counts as one last heartbeat."""
     return one_row(driver(conn).execute(_REAP, {"limit": limit, "grace": restart_grace}))[0]
-
-
-_VERSION = """
-SELECT v.digest, v.spec IS NOT NULL,
-       NOT EXISTS (SELECT 1 FROM schedule_versions n
-                   WHERE n.schedule = v.schedule AND n.active_from > v.active_from)
-FROM schedule_versions v WHERE v.id = %(id)s
-"""
-
-
-def schedule_version_status(conn: sa.Connection, version_id: int) -> tuple[str, bool] | None:
-    """(digest, newest) of a schedule version; None when there is no such version."""
-    row = driver(conn).execute(_VERSION, {"id": version_id}).fetchone()
-    return (row[0], bool(row[2])) if row else None

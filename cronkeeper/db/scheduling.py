@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,15 +14,6 @@ import psycopg
 
 from cronkeeper.db.engine import one_row
 from cronkeeper.db.wake import CHANNEL_SQL, wake
-
-
-@dataclass(frozen=True, slots=True)
-class VersionRow:
-    id: int
-    schedule: str
-    digest: str
-    spec: dict[str, Any] | None
-    active_from: datetime
 
 
 class PeriodRow(NamedTuple):
@@ -49,53 +39,6 @@ class PeriodRow(NamedTuple):
     owner: str | None = None
 
 
-def versions_in_force(
-    conn: psycopg.Connection, after: str = "", limit: int | None = None
-) -> list[VersionRow]:
-    """The newest version of every schedule ever seen (spec None: removed), by name; with
-    ``after`` and ``limit``, a page of them: the ``limit`` first schedules named after ``after``
-    (the leader reads 100,000 a page at a time, each in its own transaction)."""
-    rows = conn.execute(
-        """
-        SELECT DISTINCT ON (schedule) id, schedule, digest, spec, active_from
-        FROM schedule_versions WHERE schedule > %(after)s
-        ORDER BY schedule, active_from DESC, id DESC LIMIT %(limit)s
-        """,
-        {"after": after, "limit": limit},
-    ).fetchall()
-    return [VersionRow(*r) for r in rows]
-
-
-def versions_insert(
-    conn: psycopg.Connection,
-    rows: Sequence[tuple[str, str, dict[str, Any] | str | None]],
-    active_from: datetime,
-    term: int,
-) -> dict[str, int]:
-    """Record new versions (schedule, digest, spec or None for removal); return their ids.
-    A spec is a dict or its JSON text."""
-    if not rows:
-        return {}
-    result = conn.execute(
-        """
-        INSERT INTO schedule_versions (schedule, digest, spec, active_from, term)
-        SELECT s, d, j::jsonb, %(at)s, %(term)s
-        FROM unnest(%(s)b::text[], %(d)b::text[], %(j)b::text[]) AS v(s, d, j)
-        ON CONFLICT (schedule, active_from) DO NOTHING
-        RETURNING schedule, id
-        """,
-        {
-            "s": [r[0] for r in rows],
-            "d": [r[1] for r in rows],
-            "j": [r[2] if r[2] is None or isinstance(r[2], str) else json.dumps(r[2])
-                  for r in rows],
-            "at": active_from,
-            "term": term,
-        },
-    ).fetchall()
-    return dict(result)
-
-
 def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:
     """The latest period each schedule's leaders decided (one index probe per schedule).
 
@@ -111,10 +54,6 @@ def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str
         (list(schedules),),
     ).fetchall()
     return {s: last for s, last in rows if last is not None}
-
-
-def controls_paused(conn: psycopg.Connection) -> set[str]:
-    return {r[0] for r in conn.execute("SELECT schedule FROM schedule_controls WHERE paused")}
 
 
 def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
@@ -445,18 +384,6 @@ _JOB_PARAMS = ("g_task", "g_payload", "g_max_attempts", "g_timeout", "g_backoff"
 _NO_JOB = JobColumns(*(None,) * len(JobColumns._fields))  # type: ignore[arg-type]
 
 
-def versions_history(conn: psycopg.Connection, schedule: str) -> list[VersionRow]:
-    """Every version of one schedule, oldest first."""
-    rows = conn.execute(
-        """
-        SELECT id, schedule, digest, spec, active_from FROM schedule_versions
-        WHERE schedule = %s ORDER BY active_from, id
-        """,
-        (schedule,),
-    ).fetchall()
-    return [VersionRow(*r) for r in rows]
-
-
 def periods_decided(
     conn: psycopg.Connection, schedule: str, start: datetime, end: datetime
 ) -> set[datetime]:
@@ -468,18 +395,6 @@ def periods_decided(
         (schedule, start, end),
     )
     return {r[0] for r in rows}
-
-
-def controls_set(conn: psycopg.Connection, schedule: str, paused: bool, changed_by: str) -> None:
-    conn.execute(
-        """
-        INSERT INTO schedule_controls (schedule, paused, changed_by) VALUES (%s, %s, %s)
-        ON CONFLICT (schedule) DO UPDATE
-           SET paused = excluded.paused, changed_at = clock_timestamp(),
-               changed_by = excluded.changed_by
-        """,
-        (schedule, paused, changed_by),
-    )
 
 
 def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:

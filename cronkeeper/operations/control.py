@@ -10,20 +10,23 @@ from datetime import datetime
 
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
+from cronkeeper.db.schedule_controls import controls_set
+from cronkeeper.db.schedule_versions import VersionRow, versions_all, versions_in_force
 from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.planning import Decision, Outcome, Reason
 from cronkeeper.schedule.diagnostics import safe
+from cronkeeper.schedule.model import read_stored_version
 from cronkeeper.scheduler import period_row, stored_spec
 
 BACKFILL_LIMIT = 100_000
 OPERATOR_TERM = 0  # periods written by operator commands carry term 0
 
 
-def live_version(conn: RawConnection, name: str) -> dbs.VersionRow:
+def live_version(conn: RawConnection, name: str) -> VersionRow:
     """The version in force of schedule ``name``, or an error that says why there is none (with
     a did-you-mean)."""
-    versions = dbs.versions_in_force(conn)
+    versions = versions_in_force(conn)
     live = {v.schedule: v for v in versions if v.spec is not None}
     if name in live:
         return live[name]
@@ -42,7 +45,7 @@ def set_paused(engine: Engine, name: str, paused: bool, who: str) -> None:
     with translate_errors("updating the schedule"), engine.begin() as conn:
         raw = driver(conn)
         live_version(raw, name)
-        dbs.controls_set(raw, name, paused, who)
+        controls_set(raw, name, paused, who)
 
 
 def trigger_job(engine: Engine, name: str) -> tuple[int, str]:
@@ -74,19 +77,20 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
         live_version(raw, name)
         until = min(until, db_now(raw))
         rows = []
-        versions = dbs.versions_history(raw, name)
+        versions = versions_all(raw, [name])  # oldest first
         decided = dbs.periods_decided(raw, name, after, until)
-        for version, following in itertools.zip_longest(versions, versions[1:]):
-            if version.spec is None:
+        for (version_id, _, stored, active_from), following in itertools.zip_longest(
+                versions, versions[1:]):
+            if stored is None:  # removed for a while
                 continue
-            spec, trigger = stored_spec(version)
-            lo = max(after, version.active_from)
-            hi = min(until, following.active_from) if following else until
+            spec, trigger = read_stored_version(name, version_id, stored)
+            lo = max(after, active_from)
+            hi = min(until, following[3]) if following else until
             if hi <= lo:
                 continue
             for period in trigger.fires(lo, hi):
                 if period not in decided:
-                    rows.append(period_row(spec, version.id,
+                    rows.append(period_row(spec, version_id,
                                            Decision(period, Outcome.EMITTED, Reason.BACKFILL)))
                 if len(rows) > BACKFILL_LIMIT:
                     raise UsageError(f"more than {BACKFILL_LIMIT} periods: backfill a shorter window")

@@ -14,7 +14,7 @@ from cronkeeper.db.attempts import (
     outbox_get_by_key,
     periods_get,
 )
-from cronkeeper.db.audit import versions_current_of
+from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.planning import period_of_key
 from cronkeeper.runtimes import SAMPLE, json_fields, runtime_of
@@ -67,7 +67,8 @@ def runtime_story(conn: Any, job: dict[str, Any] | None) -> dict[str, Any] | Non
         return None
     name = job["schedule"]
     timeout = float(job["timeout_seconds"])
-    spec = versions_current_of(conn, name)
+    history = versions_all(conn, [name])
+    spec = history[-1][2] if history else None  # the newest version's (None: removed)
     if isinstance(spec, dict) and isinstance(spec.get("timeout"), int | float):
         timeout = float(spec["timeout"])
     runtime = runtime_of(name, timeout, attempts_runtimes(conn, [name], SAMPLE).get(name))

@@ -21,6 +21,7 @@ from cronkeeper.audit import (
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.db.sessions import session_utc
 from cronkeeper.errors import CronkeeperError, UnreadableVersion, UsageError
 from cronkeeper.timing import parse_instant
@@ -41,7 +42,7 @@ def collect(
         if start > end:
             raise UsageError(f"--since ({_iso(start)}) is after --until ({_iso(end)})")
         try:
-            versions = versions_from_rows(dba.versions_all(conn, list(names) or None))
+            versions = versions_from_rows(versions_all(conn, list(names) or None))
         except UnreadableVersion as exc:
             raise CronkeeperError(str(exc)) from None
         unknown = sorted(set(names) - versions.keys())

@@ -41,6 +41,8 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     from cronkeeper.db.engine import leader_lock_key, translate_errors
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
+    from cronkeeper.db.schedule_controls import controls_paused
+    from cronkeeper.db.schedule_versions import versions_all
     from cronkeeper.db.sessions import session_jit_off, session_utc
     from cronkeeper.errors import UnreadableVersion
     from cronkeeper.operations.leadership import leads
@@ -58,7 +60,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         held = lock_holder_pid(conn, key) is not None
         problems: list[str] = []
         try:
-            versions = versions_from_rows(dba.versions_all(conn))
+            versions = versions_from_rows(versions_all(conn))
         except UnreadableVersion as exc:
             versions = {}
             problems.append(str(exc))
@@ -67,7 +69,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         # on a connection of their own while this one reads the rest and the audit runs here.
         reading = pool.submit(runtimes_read, engine, sorted(current))
         latest = dba.periods_latest(conn, list(current))
-        paused = dba.controls_all(conn)
+        paused = controls_paused(conn)
         oldest = dba.outbox_oldest_available(conn)
         dead = dba.outbox_dead(conn)
         depth = dba.outbox_depth(conn)
@@ -111,7 +113,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
                 "scheduled_for": _iso(last[0]), "outcome": last[1], "reason": last[2],
                 "decided_at": _iso(last[3]), "job_state": last[4],
             },
-            "paused": bool(paused.get(name, False)),
+            "paused": name in paused,
             **json_fields(runtime),
         })
     doc: dict[str, Any] = {

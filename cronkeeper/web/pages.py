@@ -26,6 +26,8 @@ from cronkeeper.db import dashboard as dbd
 from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.db.instances import instances_all
+from cronkeeper.db.schedule_controls import controls_paused
+from cronkeeper.db.schedule_versions import versions_after, versions_all, versions_stamp
 from cronkeeper.db.sessions import session_snapshot, session_utc
 from cronkeeper.period_states import audit_states, expected_tail, holds
 from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
@@ -72,14 +74,14 @@ class VersionsCache:
         self.fires = FireCache()
 
     def get(self, conn: Any) -> dict[str, list[Version]]:
-        stamp = dbd.versions_stamp(conn)
+        stamp = versions_stamp(conn)
         with self._lock:
             if stamp == self._stamp:
                 return self._versions
             top, count = self._stamp
-            fresh = dbd.versions_after(conn, top) if stamp[0] >= top else []
+            fresh = versions_after(conn, top) if stamp[0] >= top else []
             if stamp[0] < top or count + len(fresh) != stamp[1]:
-                self._versions = versions_from_rows(dba.versions_all(conn))
+                self._versions = versions_from_rows(versions_all(conn))
                 self.triggers, self.lengths = {}, {}
                 self.fires.clear()
             else:
@@ -154,9 +156,9 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         current = {n: versions[n] for n in specs}
         owners = sorted({s.owner for s in specs.values() if s.owner})
         names = sorted(n for n in specs if not owner or specs[n].owner == owner)
-        paused = dba.controls_all(conn)
+        paused = controls_paused(conn)
         if state == "paused":
-            names = [n for n in names if paused.get(n)]
+            names = [n for n in names if n in paused]
         first = (page - 1) * per_page
         strip_state = CellState(state) if state in {s.value for s in CellState} else None
         chosen = names if strip_state else names[first:first + per_page]
@@ -207,7 +209,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             "next_local": _local(nxt, zone), "next_utc": utc(nxt) if nxt else None,
             "next_relative": relative((nxt - now).total_seconds()) if nxt else None,
             "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
-            "paused": bool(paused.get(name)), "strip": strip_svg(strip),
+            "paused": name in paused, "strip": strip_svg(strip),
             "missing": counts[CellState.MISSING], "dead": counts[CellState.DEAD],
             **runtime_view(runtime_of(name, spec.timeout, runtimes.get(name))),
         })
@@ -275,7 +277,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
                              cache.lengths)
         records = dbd.periods_windows(conn, [(name, since)], end)[name]
         latest = dba.periods_latest(conn, [name]).get(name)
-        paused = bool(dba.controls_all(conn).get(name))
+        paused = name in controls_paused(conn)
         found = attempts_runtimes(conn, [name], SAMPLE).get(name)
         conn.rollback()
     strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,

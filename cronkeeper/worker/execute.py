@@ -7,6 +7,7 @@ import logging
 
 from cronkeeper import clock, metrics
 from cronkeeper.db import outbox as db
+from cronkeeper.db.schedule_versions import versions_status
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker import commands
 from cronkeeper.worker.async_context import AsyncJobContext
@@ -103,7 +104,7 @@ def run_command(worker: Host, held: Running) -> Ending | None:
     version = None
     if job.version_id is not None:
         with worker.db.transaction("reading the job's schedule version") as conn:
-            version = db.schedule_version_status(conn, job.version_id)
+            version = versions_status(conn, job.version_id)
     spec = cfg.specs.get(job.schedule) if job.schedule is not None else None
     decision = commands.decide(job.schedule, job.version_id, version, spec)
     if decision.verdict is commands.Verdict.REFUSE:

@@ -184,7 +184,7 @@ class ClaimingDatabase:
         """Hand back the jobs whose holder stopped renewing its lease (any worker's or relay's):
         the step every lease holder takes on its reap interval. ``restart_grace``: the
         reaper's lease margin (``outbox_reap_expired``; None: the default margin)."""
-        from cronkeeper.db.outbox import RESTART_GRACE, outbox_reap_expired
+        from cronkeeper.db.outbox_claims import RESTART_GRACE, outbox_reap_expired
 
         with self.statement("reaping expired leases") as conn:
             n = outbox_reap_expired(conn, restart_grace=RESTART_GRACE if restart_grace is None

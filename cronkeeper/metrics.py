@@ -281,14 +281,15 @@ class DatabaseCollector(Collector):
         return families
 
     def _families(self, conn: Any, now: datetime) -> list:
-        from cronkeeper.db import audit as dba
+        from cronkeeper.db import outbox as dbo
+        from cronkeeper.db.attempts import attempts_high_water
 
         up = GaugeMetricFamily("cronkeeper_database_up", "1 when the last scrape could read the "
                                "database.")
         up.add_metric([], 1)
         depth = GaugeMetricFamily("cronkeeper_outbox_jobs", "Jobs in the outbox by state.",
                                   labels=["state"])
-        counts = dba.outbox_depth(conn)
+        counts = dbo.outbox_depth(conn)
         for state in ("available", "running", "succeeded", "dead", "published"):
             depth.add_metric([state], counts.get(state, 0))
         oldest = GaugeMetricFamily(
@@ -298,21 +299,21 @@ class DatabaseCollector(Collector):
         ready = GaugeMetricFamily("cronkeeper_outbox_ready_jobs", "Jobs ready to run now "
                                   "(available, run_after <= now), per schedule.",
                                   labels=["schedule", "owner"])
-        for schedule, owner, age, n in dba.outbox_oldest_available(conn):
+        for schedule, owner, age, n in dbo.outbox_oldest_available(conn):
             oldest.add_metric([schedule, owner], max(age, 0.0))
             ready.add_metric([schedule, owner], n)
         retrying = GaugeMetricFamily("cronkeeper_outbox_retrying_jobs", "Available jobs that "
                                      "already failed at least once.", labels=["schedule", "owner"])
-        for schedule, owner, n in dba.outbox_retrying(conn):
+        for schedule, owner, n in dbo.outbox_retrying(conn):
             retrying.add_metric([schedule, owner], n)
         dead = GaugeMetricFamily("cronkeeper_dead_letters", "Dead jobs waiting for an operator "
                                  "(cronkeeper dlq), per schedule and owner.",
                                  labels=["schedule", "owner"])
-        for schedule, owner, n in dba.outbox_dead(conn):
+        for schedule, owner, n in dbo.outbox_dead(conn):
             dead.add_metric([schedule, owner], n)
         attempts = CounterMetricFamily("cronkeeper_attempts_started", "Job attempts started by "
                                        "the whole fleet (the attempts table's highest id).")
-        attempts.add_metric([], dba.attempts_high_water(conn))
+        attempts.add_metric([], attempts_high_water(conn))
         return [up, depth, oldest, ready, retrying, dead, attempts,
                 *self._fleet(conn), *self._schedules(conn)]
 

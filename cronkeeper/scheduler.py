@@ -21,6 +21,7 @@ from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
+from cronkeeper.db.outbox import outbox_unfinished
 from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import VersionRow, versions_in_force, versions_insert
 from cronkeeper.db.sessions import db_now
@@ -337,7 +338,7 @@ class Scheduler:
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
         paused = controls_paused(self.conn)
-        busy = dbs.outbox_unfinished(
+        busy = outbox_unfinished(
             self.conn,
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )

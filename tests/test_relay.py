@@ -21,7 +21,7 @@ from relay_helpers import (
     write_config,
 )
 
-from cronkeeper.db import outbox as db
+from cronkeeper.db import outbox_claims as db
 
 
 @pytest.fixture

@@ -162,8 +162,8 @@ def test_claims_follow_task_and_schedule_routes(engine, schema, tmp_path):
     """The relay's claim takes exactly the jobs its routes match (schedule globs, task globs,
     both); the worker's claim takes exactly the others once the routes are registered."""
     import cronkeeper
-    from cronkeeper.db import outbox as db
-    from cronkeeper.db import relay as db_relay
+    from cronkeeper.db import outbox_claims as db
+    from cronkeeper.db import relay_routes as db_relay
 
     path = tmp_path / "r.toml"
     path.write_text('[targets.c]\nkind = "celery"\nbroker = "amqp://x//"\n'

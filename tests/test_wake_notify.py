@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 import cronkeeper
-from cronkeeper.db import attempts as db_attempts
-from cronkeeper.db import outbox as db
+from cronkeeper.db import outbox, outbox_endings
+from cronkeeper.db import outbox_claims as db
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.db.wake import wake_channel
@@ -90,14 +90,14 @@ def test_worker_statements_notify_only_when_they_make_a_job_available(engine, sc
     jobs = db.outbox_claim(raw, worker_id="w", limit=4, lease_margin=30)
     assert len(jobs) == 4 and listener() == []  # a claim makes nothing available
     first, second, third, fourth = jobs
-    assert db.outbox_complete(raw, worker_id="w", ids=[first.id], attempts=[1]) == [first.id]
+    assert outbox_endings.outbox_complete(raw, worker_id="w", ids=[first.id], attempts=[1]) == [first.id]
     assert listener() == []
 
-    dead = db.Failure(second.id, 1, "dead", 0.0, "boom", "dead")
-    assert db.outbox_fail(raw, worker_id="w", failures=[dead]) == [second.id]
+    dead = outbox_endings.Failure(second.id, 1, "dead", 0.0, "boom", "dead")
+    assert outbox_endings.outbox_fail(raw, worker_id="w", failures=[dead]) == [second.id]
     assert listener() == []  # a dead letter is not available
-    retry = db.Failure(third.id, 1, "available", 0.0, "503", "retry")
-    assert db.outbox_fail(raw, worker_id="w", failures=[retry]) == [third.id]
+    retry = outbox_endings.Failure(third.id, 1, "available", 0.0, "503", "retry")
+    assert outbox_endings.outbox_fail(raw, worker_id="w", failures=[retry]) == [third.id]
     assert listener() == [channel]  # a retry due now
 
     raw.execute("UPDATE outbox SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
@@ -107,9 +107,9 @@ def test_worker_statements_notify_only_when_they_make_a_job_available(engine, sc
     assert db.outbox_reap_expired(raw) == 0
     assert listener() == []
 
-    assert db_attempts.outbox_dead_replay(raw, [second.id]) == [second.id]
+    assert outbox.outbox_dead_replay(raw, [second.id]) == [second.id]
     assert listener() == [channel]  # a dead letter replayed
-    assert db_attempts.outbox_dead_replay(raw, [second.id]) == []
+    assert outbox.outbox_dead_replay(raw, [second.id]) == []
     assert listener() == []
 
 

@@ -1,5 +1,8 @@
-"""Statements behind the worker's bookkeeping and the operator commands: attempts, dead letters
-(``dlq``) and one period's story (``explain``). (Worker and relay instances: db/instances.py.)"""
+"""The ``attempts`` table: one row per attempt at a job, written by the fenced statements of the
+outbox (``db/outbox_claims.py``, ``db/outbox_endings.py``) in the same statement as the job's
+change. Read here: one job's attempts (``explain``, ``dlq``), run times per schedule
+(``status``, the web, the metrics), the fleet's attempt counters; and renumbered before a dead
+letter is replayed."""
 
 from __future__ import annotations
 
@@ -10,62 +13,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.rows import dict_row
 
-from cronkeeper.db.engine import driver
-from cronkeeper.db.wake import wake
-
-_DEAD_LIST = """
-SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,
-       payload, owner, max_attempts, scheduled_for, created_at
-FROM outbox
-WHERE state = 'dead'
-  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
-  AND (%(task)s::text IS NULL OR task = %(task)s)
-  AND (%(older)s::timestamptz IS NULL OR finished_at <= %(older)s)
-  AND (%(newer)s::timestamptz IS NULL OR finished_at >= %(newer)s)
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
-ORDER BY finished_at, id
-LIMIT %(limit)s
-"""
-
-
-def outbox_dead_list(
-    conn: sa.Connection, *, schedule: str | None = None, task: str | None = None,
-    dead_before: datetime | None = None, dead_after: datetime | None = None,
-    ids: list[int] | None = None, limit: int = 1000,
-) -> list[dict[str, Any]]:
-    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id."""
-    params = {"schedule": schedule, "task": task, "older": dead_before, "newer": dead_after,
-              "ids": ids, "limit": limit}
-    cur = driver(conn).cursor(row_factory=dict_row)
-    return cur.execute(_DEAD_LIST, params).fetchall()
-
-
-_DEAD_REPLAY = f"""
-WITH replayed AS (
-    UPDATE outbox
-    SET state = 'available', attempts = 0, run_after = now(), finished_at = NULL,
-        leased_by = NULL, lease_expires_at = NULL
-    WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[])
-    RETURNING id
-), woke AS ({wake("replayed")})
-SELECT id FROM replayed, woke
-"""
-
-
-def outbox_dead_replay(conn: sa.Connection, ids: list[int]) -> list[int]:
-    """Dead letters back to available, due now, with a fresh attempt budget. ``last_error`` is
-    kept until the next attempt ends; earlier attempts stay in ``attempts`` (numbered on from
-    the highest recorded one, see ``attempts_next_number``)."""
-    return [r[0] for r in driver(conn).execute(_DEAD_REPLAY, {"ids": ids}).fetchall()]
-
-
-_DEAD_DISCARD = "DELETE FROM outbox WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[]) RETURNING id"
-
-
-def outbox_dead_discard(conn: sa.Connection, ids: list[int]) -> list[int]:
-    """Delete dead letters for good (their attempts go with them)."""
-    return [r[0] for r in driver(conn).execute(_DEAD_DISCARD, {"ids": ids}).fetchall()]
-
+from cronkeeper.db.engine import driver, one_row
 
 _ATTEMPTS_RENUMBER = """
 UPDATE attempts a SET attempt = -a.attempt - 1000 * (
@@ -79,18 +27,6 @@ def attempts_archive(conn: sa.Connection, ids: list[int]) -> None:
     negative numbers (-1, -2, ... then -1001, ... for a second replay) so the fresh attempts 1..N
     do not collide with them under UNIQUE (job_id, attempt). ``explain`` lists them by start."""
     driver(conn).execute(_ATTEMPTS_RENUMBER, {"ids": ids})
-
-
-_JOB_BY_KEY = """
-SELECT id, idempotency_key, schedule, scheduled_for, version_id, task, payload, state, attempts,
-       max_attempts, run_after, created_at, timeout_seconds, backoff, serial, owner, leased_by,
-       lease_expires_at, last_error, finished_at, published_at, published_to, target_id
-FROM outbox WHERE idempotency_key = %(key)s
-"""
-
-
-def outbox_get_by_key(conn: sa.Connection, key: str) -> dict[str, Any] | None:
-    return driver(conn).cursor(row_factory=dict_row).execute(_JOB_BY_KEY, {"key": key}).fetchone()
 
 
 _ATTEMPTS_FOR_JOB = """
@@ -159,3 +95,26 @@ def attempts_runtimes(
         return {}
     rows = driver(conn).execute(RUNTIMES, {"names": list(schedules), "last": last}).fetchall()
     return {name: (int(n), p50, p99, int(t)) for name, n, p50, p99, t in rows}
+
+
+def attempts_high_water(conn: sa.Connection | psycopg.Connection) -> int:
+    """The highest attempt id: grows by one per claim, fleet-wide (a counter)."""
+    return one_row(driver(conn).execute("SELECT coalesce(max(id), 0) FROM attempts"))[0]
+
+
+def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) -> tuple[int, int, int]:
+    """(failed, finished) attempts in the last ``seconds``, and failed in the ``seconds``
+    before that. Failed: retry, timeout, lease_expired, dead. Uses ``attempts_finished_at``."""
+    row = one_row(driver(conn).execute(
+        """
+        SELECT count(*) FILTER (WHERE finished_at > clock_timestamp() - w
+                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead')),
+               count(*) FILTER (WHERE finished_at > clock_timestamp() - w),
+               count(*) FILTER (WHERE finished_at <= clock_timestamp() - w
+                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead'))
+        FROM attempts, make_interval(secs => %(s)s) AS w
+        WHERE finished_at > clock_timestamp() - 2 * w
+        """,
+        {"s": seconds},
+    ))
+    return int(row[0]), int(row[1]), int(row[2])

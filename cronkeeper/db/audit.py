@@ -10,7 +10,7 @@ from datetime import datetime
 import psycopg
 import sqlalchemy as sa
 
-from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.engine import driver
 
 # A schedule's recorded periods with their jobs, shaped as ``audit.Record`` (after the
 # schedule's name when {name} is "p.schedule,"): instants as Unix seconds, in binary.
@@ -93,66 +93,3 @@ def periods_last_emitted(
         (list(schedules),),
     ).fetchall()
     return {s: t for s, t in rows if t is not None}
-
-
-def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:
-    """Jobs in the outbox by state."""
-    return dict(driver(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
-
-
-def outbox_oldest_available(
-    conn: sa.Connection | psycopg.Connection,
-) -> list[tuple[str, str, float, int]]:
-    """Per schedule (and owner): age in seconds of the oldest job that is ready to run
-    (available, run_after <= now), and how many are ready. Uses the ``outbox_available`` index."""
-    return driver(conn).execute(
-        """
-        SELECT coalesce(schedule, ''), coalesce(owner, ''),
-               extract(epoch FROM clock_timestamp() - min(run_after))::float8, count(*)
-        FROM outbox WHERE state = 'available' AND run_after <= clock_timestamp()
-        GROUP BY 1, 2
-        """
-    ).fetchall()
-
-
-def outbox_retrying(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
-    """Per schedule (and owner): available jobs that already failed at least once."""
-    return driver(conn).execute(
-        """
-        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
-        FROM outbox WHERE state = 'available' AND attempts > 0 GROUP BY 1, 2
-        """
-    ).fetchall()
-
-
-def outbox_dead(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
-    """Dead letters waiting, per schedule and owner (the ``outbox_dead`` index)."""
-    return driver(conn).execute(
-        """
-        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
-        FROM outbox WHERE state = 'dead' GROUP BY 1, 2
-        """
-    ).fetchall()
-
-
-def attempts_high_water(conn: sa.Connection | psycopg.Connection) -> int:
-    """The highest attempt id: grows by one per claim, fleet-wide (a counter)."""
-    return one_row(driver(conn).execute("SELECT coalesce(max(id), 0) FROM attempts"))[0]
-
-
-def attempts_recent(conn: sa.Connection | psycopg.Connection, seconds: float) -> tuple[int, int, int]:
-    """(failed, finished) attempts in the last ``seconds``, and failed in the ``seconds``
-    before that. Failed: retry, timeout, lease_expired, dead. Uses ``attempts_finished_at``."""
-    row = one_row(driver(conn).execute(
-        """
-        SELECT count(*) FILTER (WHERE finished_at > clock_timestamp() - w
-                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead')),
-               count(*) FILTER (WHERE finished_at > clock_timestamp() - w),
-               count(*) FILTER (WHERE finished_at <= clock_timestamp() - w
-                                AND outcome IN ('retry', 'timeout', 'lease_expired', 'dead'))
-        FROM attempts, make_interval(secs => %(s)s) AS w
-        WHERE finished_at > clock_timestamp() - 2 * w
-        """,
-        {"s": seconds},
-    ))
-    return int(row[0]), int(row[1]), int(row[2])

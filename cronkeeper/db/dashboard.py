@@ -13,7 +13,7 @@ from datetime import datetime
 import psycopg
 import sqlalchemy as sa
 
-from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.engine import driver
 
 PERIODS_WINDOWS = """
 SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
@@ -68,6 +68,7 @@ CROSS JOIN LATERAL (
 ) x
 """
 
+
 PERIODS_WINDOW_INSTANTS = """
 SELECT w.s, (
     SELECT string_agg(int8send(floor(date_part('epoch', p.scheduled_for))::int8), ''::bytea)
@@ -75,6 +76,7 @@ SELECT w.s, (
     WHERE p.schedule = w.s AND p.scheduled_for >= w.since AND p.scheduled_for <= %(until)s)
 FROM unnest(%(names)b::text[], %(sinces)b::timestamptz[]) AS w(s, since)
 """
+
 
 # Dead jobs from the ``outbox_dead`` partial index, running ones from a partial index of the
 # unfinished (``outbox_unfinished_by_schedule`` in the plans seen): never a scan of the whole
@@ -137,20 +139,3 @@ def periods_window_states(
             if periods.get(at) == "E":
                 periods[at] = "D" if state == "dead" else "R"
     return out
-
-
-def outbox_attempts_per_job(
-    conn: sa.Connection | psycopg.Connection, seconds: float
-) -> tuple[int, int, int]:
-    """Jobs that finished (succeeded, published or dead) in the last ``seconds``: (jobs, their
-    attempts in total, the most attempts one took). The ``outbox_finished`` and ``outbox_dead``
-    partial indexes on ``finished_at``."""
-    row = one_row(driver(conn).execute(
-        """
-        SELECT count(*), coalesce(sum(attempts), 0), coalesce(max(attempts), 0) FROM outbox
-        WHERE state IN ('succeeded', 'published', 'dead')
-          AND finished_at > clock_timestamp() - make_interval(secs => %(s)s)
-        """,
-        {"s": seconds},
-    ))
-    return int(row[0]), int(row[1]), int(row[2])

@@ -1,424 +1,204 @@
-"""Outbox statements for workers: claim, lease, complete, fail, release. One function per
-statement, bound parameters, executed on the psycopg connection under a SQLAlchemy transaction
-(the caller owns ``with engine.begin() as conn``). Arrays travel in binary (``unnest``), so a
-batch of N jobs is one round trip.
-
-Every state-changing statement on a running job is *fenced*: it matches ``state = 'running'``,
-``leased_by`` and ``attempts`` (the attempt number this worker claimed), so a worker whose lease
-expired and whose job another worker took can no longer complete, fail or release it.
-
-The batched fences spell the state check ``(state = 'running') IS TRUE``: the same test, but one
-the planner cannot answer from the partial index ``outbox_running_lease``. With the plain
-spelling it scans that index (every running job, and every dead entry left by earlier batches
-until vacuum) and hash-joins the batch, so each batch costs more as a drain goes on; this way each
-job is found by primary key, as the ids in the batch say.
+"""The ``outbox`` table, beyond the lease path (``db/outbox_claims.py``) and the fenced endings
+(``db/outbox_endings.py``): what the leader asks before it decides (``outbox_unfinished``), the
+counts behind ``status``, the web and the metrics, the dead letters an operator lists, replays or
+discards (``dlq``), one job by its key (``explain``), and the published jobs a relay polls for
+their outcome. Applications write their own jobs with ``db/enqueue.py``; the leader writes its
+jobs with the periods it claims (``db/periods_claims.py``).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 
-from cronkeeper.db.engine import driver, one_row, translate_errors
+from cronkeeper.db.engine import driver, one_row
 from cronkeeper.db.wake import wake
 
-# payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
-# .backoff): a batch of no-op jobs should not pay two JSON parses per job up front.
-COLUMNS = (
-    "o.id, o.idempotency_key, o.schedule, o.scheduled_for, o.version_id, o.task,"
-    " o.payload::text AS payload_json, o.attempts, o.max_attempts, o.timeout_seconds,"
-    " o.backoff::text AS backoff_json, o.serial, o.owner, o.run_after, o.created_at"
-)
+
+def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:
+    """Jobs in the outbox by state."""
+    return dict(driver(conn).execute("SELECT state, count(*) FROM outbox GROUP BY state").fetchall())
 
 
-@dataclass(frozen=True, slots=True)
-class OutboxJob:
-    """A job this worker holds: ``attempt`` is the attempt number it claimed (from 1)."""
-
-    id: int
-    key: str
-    schedule: str | None
-    scheduled_for: datetime | None
-    version_id: int | None
-    task: str
-    payload_json: str
-    attempt: int
-    max_attempts: int
-    timeout: float
-    backoff_json: str
-    serial: bool
-    owner: str | None = None
-    run_after: datetime | None = None
-    created_at: datetime | None = None
-
-    @property
-    def payload(self) -> Any:
-        """The payload, decoded from the row's JSON on each access."""
-        return {} if self.payload_json == "{}" else json.loads(self.payload_json)
-
-    @property
-    def backoff(self) -> dict[str, float]:
-        return json.loads(self.backoff_json)
+def outbox_oldest_available(
+    conn: sa.Connection | psycopg.Connection,
+) -> list[tuple[str, str, float, int]]:
+    """Per schedule (and owner): age in seconds of the oldest job that is ready to run
+    (available, run_after <= now), and how many are ready. Uses the ``outbox_available`` index."""
+    return driver(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''),
+               extract(epoch FROM clock_timestamp() - min(run_after))::float8, count(*)
+        FROM outbox WHERE state = 'available' AND run_after <= clock_timestamp()
+        GROUP BY 1, 2
+        """
+    ).fetchall()
 
 
-def _jobs(rows: list[tuple]) -> list[OutboxJob]:
-    return [OutboxJob(*row) for row in rows]
+def outbox_retrying(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
+    """Per schedule (and owner): available jobs that already failed at least once."""
+    return driver(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
+        FROM outbox WHERE state = 'available' AND attempts > 0 GROUP BY 1, 2
+        """
+    ).fetchall()
 
 
-# Routes (docs/relay.md): a relay claims only jobs one of its routes matches (``route_tasks`` and
-# ``route_schedules``: parallel arrays of anchored regexes, NULL matching anything); a worker
-# (``skip_routed``) never claims a job that a route registered in relay_routes matches.
-_FILTERS = """
-      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-      AND (%(schedules)s::text[] IS NULL OR schedule = ANY(%(schedules)s::text[]))
-      AND NOT (task = ANY(%(exclude)s::text[]))
-      AND (%(route_tasks)s::text[] IS NULL OR EXISTS (
-            SELECT 1 FROM unnest(%(route_tasks)s::text[], %(route_schedules)s::text[]) AS r(t, s)
-            WHERE (r.t IS NULL OR task ~ r.t) AND (r.s IS NULL OR coalesce(schedule, '') ~ r.s)))
-      AND NOT (%(skip_routed)s AND EXISTS (
-            SELECT 1 FROM relay_routes r
-            WHERE (r.task_regex IS NULL OR task ~ r.task_regex)
-              AND (r.schedule_regex IS NULL OR coalesce(schedule, '') ~ r.schedule_regex)))
-"""
+def outbox_dead(conn: sa.Connection | psycopg.Connection) -> list[tuple[str, str, int]]:
+    """Dead letters waiting, per schedule and owner (the ``outbox_dead`` index)."""
+    return driver(conn).execute(
+        """
+        SELECT coalesce(schedule, ''), coalesce(owner, ''), count(*)
+        FROM outbox WHERE state = 'dead' GROUP BY 1, 2
+        """
+    ).fetchall()
 
 
-@dataclass(frozen=True, slots=True)
-class Routes:
-    """The route filter of a relay's claim: parallel lists of anchored regexes (None: any)."""
-
-    tasks: tuple[str | None, ...]
-    schedules: tuple[str | None, ...]
-
-
-def _route_params(routes: Routes | None) -> dict[str, Any]:
-    """Claims by a relay (``routes``) take only routed jobs; claims by a worker skip them."""
-    if routes is None:
-        return {"route_tasks": None, "route_schedules": None, "skip_routed": True}
-    return {"route_tasks": list(routes.tasks), "route_schedules": list(routes.schedules),
-            "skip_routed": False}
-
-
-# A schedule is busy while one of its jobs runs, or was published by a relay and neither reported
-# finished by its target nor past its timeout since publication (docs/relay.md).
-BUSY = """(state = 'running' OR (state = 'published' AND finished_at IS NULL
-            AND published_at + make_interval(secs => timeout_seconds) > now()))"""
-
-# The lease and the attempt row, for the jobs a ``picked`` CTE selected (both claims share it).
-_LEASE_PICKED = f"""), claimed AS (
-    UPDATE outbox o
-    SET state = 'running', attempts = o.attempts + 1, leased_by = %(worker)s,
-        lease_expires_at = now() + make_interval(
-            secs => coalesce(%(lease)s::float8, o.timeout_seconds + %(margin)s))
-    FROM picked WHERE o.id = picked.id
-    RETURNING {COLUMNS}
-), recorded AS (
-    INSERT INTO attempts (job_id, attempt, worker_id, started_at)
-    SELECT id, attempts, %(worker)s, now() FROM claimed
-)
-"""
-
-_CLAIM = f"""
-WITH picked AS (
-    SELECT id FROM outbox
-    WHERE state = 'available' AND run_after <= now() AND NOT serial {_FILTERS}
-    ORDER BY run_after, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-{_LEASE_PICKED}SELECT * FROM claimed o ORDER BY o.id
-"""
+def outbox_attempts_per_job(
+    conn: sa.Connection | psycopg.Connection, seconds: float
+) -> tuple[int, int, int]:
+    """Jobs that finished (succeeded, published or dead) in the last ``seconds``: (jobs, their
+    attempts in total, the most attempts one took). The ``outbox_finished`` and ``outbox_dead``
+    partial indexes on ``finished_at``."""
+    row = one_row(driver(conn).execute(
+        """
+        SELECT count(*), coalesce(sum(attempts), 0), coalesce(max(attempts), 0) FROM outbox
+        WHERE state IN ('succeeded', 'published', 'dead')
+          AND finished_at > clock_timestamp() - make_interval(secs => %(s)s)
+        """,
+        {"s": seconds},
+    ))
+    return int(row[0]), int(row[1]), int(row[2])
 
 
-def outbox_claim(
-    conn: sa.Connection,
-    *,
-    worker_id: str,
-    limit: int,
-    lease_margin: float,
-    tasks: list[str] | None = None,
-    schedules: list[str] | None = None,
-    exclude_tasks: list[str] | None = None,
-    routes: Routes | None = None,
-    lease: float | None = None,
-) -> list[OutboxJob]:
-    """Claim up to ``limit`` due, non-serial jobs (FOR UPDATE SKIP LOCKED), counting an attempt
-    and recording it. The lease covers the job's timeout plus ``lease_margin`` seconds, or
-    ``lease`` seconds when given (a relay's lease is its publish, not the job's run).
-    ``routes`` (a relay's) claims only jobs they match; without, routed jobs are skipped."""
-    params = {
-        "worker": worker_id, "limit": limit, "margin": lease_margin, "tasks": tasks,
-        "schedules": schedules, "exclude": exclude_tasks or [], "lease": lease,
-        **_route_params(routes),
-    }
-    return _jobs(driver(conn).execute(_CLAIM, params, binary=True).fetchall())
+def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
+    """Schedules whose previous job is not finished: waiting, running, or waiting to retry; or
+    published by a relay and neither reported finished nor past its timeout since publication
+    (docs/relay.md). Two arms, so each is answered from its partial index."""
+    if not schedules:
+        return set()
+    rows = conn.execute(
+        """
+        SELECT DISTINCT schedule FROM outbox
+        WHERE state IN ('available', 'running') AND schedule = ANY(%(s)s::text[])
+        UNION
+        SELECT DISTINCT schedule FROM outbox
+        WHERE state = 'published' AND finished_at IS NULL AND schedule = ANY(%(s)s::text[])
+          AND published_at + make_interval(secs => timeout_seconds) > now()
+        """,
+        {"s": list(schedules)},
+    )
+    return {r[0] for r in rows}
 
 
-_NEXT_DUE = f"""
-SELECT extract(epoch FROM min(run_after) - now())::float8 FROM outbox
-WHERE state = 'available' AND run_after > now() {_FILTERS}
-"""
-
-
-def outbox_next_due(
-    conn: sa.Connection,
-    *,
-    tasks: list[str] | None = None,
-    schedules: list[str] | None = None,
-) -> float | None:
-    """Seconds until the earliest available job that is not due yet (None: there is none), so
-    an idle worker sleeps until then rather than a whole poll interval (index outbox_available)."""
-    params = {"tasks": tasks, "schedules": schedules, "exclude": [], **_route_params(None)}
-    return one_row(driver(conn).execute(_NEXT_DUE, params))[0]
-
-
-_SERIAL_CANDIDATES = f"""
-SELECT DISTINCT schedule FROM outbox
-WHERE state = 'available' AND serial AND run_after <= now() AND schedule IS NOT NULL {_FILTERS}
+_DEAD_LIST = """
+SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,
+       payload, owner, max_attempts, scheduled_for, created_at
+FROM outbox
+WHERE state = 'dead'
+  AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
+  AND (%(task)s::text IS NULL OR task = %(task)s)
+  AND (%(older)s::timestamptz IS NULL OR finished_at <= %(older)s)
+  AND (%(newer)s::timestamptz IS NULL OR finished_at >= %(newer)s)
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+ORDER BY finished_at, id
 LIMIT %(limit)s
 """
 
 
-def outbox_serial_candidates(
-    conn: sa.Connection,
-    *,
-    limit: int,
-    tasks: list[str] | None = None,
-    schedules: list[str] | None = None,
-    exclude_tasks: list[str] | None = None,
-    routes: Routes | None = None,
-) -> list[str]:
-    """Schedules with a due serial job (the index outbox_available_serial keeps this cheap)."""
-    params = {"limit": limit, "tasks": tasks, "schedules": schedules,
-              "exclude": exclude_tasks or [], **_route_params(routes)}
-    return [r[0] for r in driver(conn).execute(_SERIAL_CANDIDATES, params).fetchall()]
+def outbox_dead_list(
+    conn: sa.Connection, *, schedule: str | None = None, task: str | None = None,
+    dead_before: datetime | None = None, dead_after: datetime | None = None,
+    ids: list[int] | None = None, limit: int = 1000,
+) -> list[dict[str, Any]]:
+    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id."""
+    params = {"schedule": schedule, "task": task, "older": dead_before, "newer": dead_after,
+              "ids": ids, "limit": limit}
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_DEAD_LIST, params).fetchall()
 
 
-_SERIAL_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s)"
-
-_CLAIM_SERIAL = f"""
-WITH picked AS (
-    SELECT id FROM outbox
-    WHERE schedule = %(schedule)s AND state = 'available' AND serial AND run_after <= now()
-      AND NOT EXISTS (SELECT 1 FROM outbox r WHERE r.schedule = %(schedule)s AND {BUSY})
-    ORDER BY run_after, id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-{_LEASE_PICKED}SELECT * FROM claimed o
+_DEAD_REPLAY = f"""
+WITH replayed AS (
+    UPDATE outbox
+    SET state = 'available', attempts = 0, run_after = now(), finished_at = NULL,
+        leased_by = NULL, lease_expires_at = NULL
+    WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[])
+    RETURNING id
+), woke AS ({wake("replayed")})
+SELECT id FROM replayed, woke
 """
 
 
-def outbox_claim_serial(
-    conn: sa.Connection, *, schedule: str, lock_key: int, worker_id: str, lease_margin: float,
-    lease: float | None = None,
-) -> OutboxJob | None:
-    """Claim the next job of a serial schedule unless one of its jobs is running (or published
-    and not known finished, within its timeout).
-
-    Two statements in the caller's transaction: a transaction-level advisory lock on the
-    schedule first, so the NOT EXISTS check that follows runs on a snapshot taken after every
-    earlier claimer of this schedule committed; nobody else claims it until we commit.
-    """
-    pg = driver(conn)
-    if not one_row(pg.execute(_SERIAL_LOCK, {"key": lock_key}))[0]:
-        return None
-    params = {"schedule": schedule, "worker": worker_id, "margin": lease_margin, "lease": lease}
-    rows = pg.execute(_CLAIM_SERIAL, params).fetchall()
-    return _jobs(rows)[0] if rows else None
+def outbox_dead_replay(conn: sa.Connection, ids: list[int]) -> list[int]:
+    """Dead letters back to available, due now, with a fresh attempt budget. ``last_error`` is
+    kept until the next attempt ends; earlier attempts stay in ``attempts`` (numbered on from
+    the highest recorded one, see ``attempts_next_number``)."""
+    return [r[0] for r in driver(conn).execute(_DEAD_REPLAY, {"ids": ids}).fetchall()]
 
 
-_COMPLETE = """
-WITH done AS (
-    UPDATE outbox o
-    SET state = 'succeeded', finished_at = now() - make_interval(secs => coalesce(d.age, 0)),
-        leased_by = NULL, lease_expires_at = NULL, last_error = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(ages)s::float8[]) AS d(id, attempt, age)
-    WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
-      AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts, d.age
-), recorded AS (
-    UPDATE attempts a
-    SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
-        outcome = 'succeeded'
-    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
-)
-SELECT id FROM done
+_DEAD_DISCARD = "DELETE FROM outbox WHERE state = 'dead' AND id = ANY(%(ids)s::bigint[]) RETURNING id"
+
+
+def outbox_dead_discard(conn: sa.Connection, ids: list[int]) -> list[int]:
+    """Delete dead letters for good (their attempts go with them)."""
+    return [r[0] for r in driver(conn).execute(_DEAD_DISCARD, {"ids": ids}).fetchall()]
+
+
+_JOB_BY_KEY = """
+SELECT id, idempotency_key, schedule, scheduled_for, version_id, task, payload, state, attempts,
+       max_attempts, run_after, created_at, timeout_seconds, backoff, serial, owner, leased_by,
+       lease_expires_at, last_error, finished_at, published_at, published_to, target_id
+FROM outbox WHERE idempotency_key = %(key)s
 """
 
 
-def outbox_complete(
-    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
-    ages: list[float] | None = None,
-) -> list[int]:
-    """Mark jobs succeeded (fenced); returns the ids that were still this worker's.
-
-    ``ages``: for each job, how many seconds ago its attempt ended (an ending kept in memory
-    while the database was away is recorded with the instant it happened, not the instant the
-    database came back); None when they end now (a handler's transaction commits its own)."""
-    params = {"ids": int_array(ids), "attempts": int_array(attempts),
-              "ages": None if ages is None else float_array(ages), "worker": worker_id}
-    return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
-
-
-async def outbox_complete_async(
-    conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int]
-) -> list[int]:
-    """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's)."""
-    params = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
-    with translate_errors("completing the job"):
-        cur = await conn.execute(_COMPLETE, params, binary=True)
-        return [r[0] for r in await cur.fetchall()]
-
-
-def int_array(values: list[int]) -> str:
-    """A PostgreSQL array literal of integers: on the hot path, one ``str.join`` costs a tenth of
-    the driver's per-element array adapter."""
-    return "{" + ",".join(map(str, map(int, values))) + "}"
-
-
-def float_array(values: list[float]) -> str:
-    """A PostgreSQL array literal of float8, for the same reason as ``int_array``."""
-    return "{" + ",".join(map(repr, map(float, values))) + "}"
-
-
-_FAIL = """
-WITH f AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
-                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
-                         %(ages)s::float8[])
-             AS f(id, attempt, state, delay, error, outcome, age)
-), done AS (
-    UPDATE outbox o
-    SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.error,
-        run_after = CASE WHEN f.state = 'available'
-                         THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
-        finished_at = CASE WHEN f.state = 'dead' THEN now() - make_interval(secs => f.age) END
-    FROM f
-    WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
-      AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts, o.state
-), recorded AS (
-    UPDATE attempts a
-    SET finished_at = clock_timestamp() - make_interval(secs => f.age), outcome = f.outcome,
-        error = f.error
-    FROM done JOIN f ON f.id = done.id
-    WHERE a.job_id = done.id AND a.attempt = done.attempts
-), woke AS (""" + wake("done WHERE state = 'available'") + """)
-SELECT id FROM done, woke
-"""
+def outbox_get_by_key(conn: sa.Connection, key: str) -> dict[str, Any] | None:
+    return driver(conn).cursor(row_factory=dict_row).execute(_JOB_BY_KEY, {"key": key}).fetchone()
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """How one attempt ended badly: the job's next state and the attempt's outcome."""
-
+class Published:
     id: int
-    attempt: int
-    state: str  # 'available' (retry after delay) or 'dead'
-    delay: float
-    error: str
-    outcome: str  # attempts.outcome: retry | dead | timeout | released
-    age: float = 0.0  # seconds since the attempt ended (recorded late: the database was away)
+    target: str
+    target_id: str
 
 
-def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure]) -> list[int]:
-    """Record failed attempts and move their jobs to retry or dead letter (fenced)."""
-    params = {
-        "ids": [f.id for f in failures],
-        "attempts": [f.attempt for f in failures],
-        "states": [f.state for f in failures],
-        "delays": [f.delay for f in failures],
-        "errors": [f.error for f in failures],
-        "outcomes": [f.outcome for f in failures],
-        "ages": [f.age for f in failures],
-        "worker": worker_id,
-    }
-    return [r[0] for r in driver(conn).execute(_FAIL, params).fetchall()]
+def outbox_published_open(conn: sa.Connection, *, targets: list[str], limit: int) -> list[Published]:
+    """Published jobs of these targets whose outcome is not recorded, still within their
+    timeout since publication, least recently published first."""
+    rows = driver(conn).execute(
+        """
+        SELECT id, published_to, target_id FROM outbox
+        WHERE state = 'published' AND finished_at IS NULL AND published_to = ANY(%(t)s::text[])
+          AND published_at + make_interval(secs => timeout_seconds) > now()
+        ORDER BY published_at
+        LIMIT %(limit)s
+        """,
+        {"t": targets, "limit": limit},
+    ).fetchall()
+    return [Published(*row) for row in rows]
 
 
-_DEFER = """
-WITH back AS (
-    UPDATE outbox o
-    SET state = 'available', attempts = o.attempts - 1, leased_by = NULL,
-        lease_expires_at = NULL, last_error = %(reason)s,
-        run_after = now() + make_interval(secs => %(delay)s)
-    WHERE o.id = %(id)s AND o.attempts = %(attempt)s AND o.state = 'running'
-      AND o.leased_by = %(worker)s
-    RETURNING o.id
-), forgotten AS (
-    DELETE FROM attempts a USING back WHERE a.job_id = back.id AND a.attempt = %(attempt)s
-), woke AS (""" + wake("back") + """)
-SELECT woke FROM woke
-"""
-
-
-def outbox_defer(
-    conn: sa.Connection, *, worker_id: str, job_id: int, attempt: int, delay: float, reason: str
-) -> None:
-    """Hand a job back without counting the attempt (this worker lacks its schedule version)."""
-    params = {"id": job_id, "attempt": attempt, "worker": worker_id, "delay": delay, "reason": reason}
-    driver(conn).execute(_DEFER, params)
-
-
-_LEASE_EXTEND = """
-UPDATE outbox
-SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => %(margin)s))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE outbox.id = h.id AND outbox.attempts = h.attempt AND (outbox.state = 'running') IS TRUE
-  AND outbox.leased_by = %(worker)s
-RETURNING outbox.id
-"""
-
-
-def lease_extend(
-    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int], margin: float
-) -> list[int]:
-    """Heartbeat: keep the leases of running jobs at least ``margin`` seconds ahead.
-
-    Returns the ids still held; a missing id means the lease was lost (another worker may run it).
-    """
-    params = {"ids": ids, "attempts": attempts, "worker": worker_id, "margin": margin}
-    return [r[0] for r in driver(conn).execute(_LEASE_EXTEND, params, binary=True).fetchall()]
-
-
-_REAP = """
-WITH expired AS (
-    SELECT id, leased_by FROM outbox
-    WHERE state = 'running' AND lease_expires_at < now()
-      AND pg_postmaster_start_time() < now() - make_interval(secs => %(grace)s)
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), back AS (
-    UPDATE outbox o
-    SET state = CASE WHEN o.attempts >= o.max_attempts THEN 'dead' ELSE 'available' END,
-        finished_at = CASE WHEN o.attempts >= o.max_attempts THEN now() END,
-        run_after = now(), leased_by = NULL, lease_expires_at = NULL,
-        last_error = 'lease expired: worker ' || coalesce(expired.leased_by, '?')
-                     || ' stopped heartbeating during attempt ' || o.attempts
-    FROM expired WHERE o.id = expired.id
-    RETURNING o.id, o.attempts, o.last_error, o.state
-), recorded AS (
-    UPDATE attempts a SET finished_at = now(), outcome = 'lease_expired', error = back.last_error
-    FROM back WHERE a.job_id = back.id AND a.attempt = back.attempts AND a.finished_at IS NULL
-), woke AS (""" + wake("back WHERE state = 'available'") + """)
-SELECT count(*) FROM back, woke
-"""
-
-
-RESTART_GRACE = 30.0  # seconds: the default lease margin
-
-
-def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000,
-                        restart_grace: float = RESTART_GRACE) -> int:
-    """Jobs whose lease expired become claimable again (or dead at the attempt cap); the lost
-    attempt is recorded as ``lease_expired``. Returns how many.
-
-    Nothing is reaped until PostgreSQL has been up for ``restart_grace`` seconds (the reaper's
-    lease margin): a lease that ran out while the server was down or restarting could not be
-    renewed, and its holder, alive, renews it (and records the endings it kept) within that
-    margin of the server answering. The restart counts as one last heartbeat."""
-    return one_row(driver(conn).execute(_REAP, {"limit": limit, "grace": restart_grace}))[0]
+def outbox_published_finish(conn: sa.Connection, *, ids: list[int], states: list[str]) -> int:
+    """Record what targets reported: ``succeeded`` or ``dead`` (the target's own failure), with
+    ``finished_at``. Only jobs still ``published`` and unfinished change."""
+    return driver(conn).execute(
+        """
+        UPDATE outbox o
+        SET state = f.state, finished_at = now(),
+            last_error = CASE WHEN f.state = 'dead'
+                              THEN 'the target reported the task failed (' || o.published_to
+                                   || ' id ' || o.target_id || ')' END
+        FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS f(id, state)
+        WHERE o.id = f.id AND o.state = 'published' AND o.finished_at IS NULL
+        """,
+        {"ids": ids, "states": states},
+    ).rowcount

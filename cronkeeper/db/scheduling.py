@@ -56,26 +56,6 @@ def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str
     return {s: last for s, last in rows if last is not None}
 
 
-def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set[str]:
-    """Schedules whose previous job is not finished: waiting, running, or waiting to retry; or
-    published by a relay and neither reported finished nor past its timeout since publication
-    (docs/relay.md). Two arms, so each is answered from its partial index."""
-    if not schedules:
-        return set()
-    rows = conn.execute(
-        """
-        SELECT DISTINCT schedule FROM outbox
-        WHERE state IN ('available', 'running') AND schedule = ANY(%(s)s::text[])
-        UNION
-        SELECT DISTINCT schedule FROM outbox
-        WHERE state = 'published' AND finished_at IS NULL AND schedule = ANY(%(s)s::text[])
-          AND published_at + make_interval(secs => timeout_seconds) > now()
-        """,
-        {"s": list(schedules)},
-    )
-    return {r[0] for r in rows}
-
-
 class JobColumns(NamedTuple):
     """The outbox columns every job of one schedule version shares (all but its key, period,
     version and run_after). A claim sends each distinct one once, not once per period."""
@@ -121,6 +101,7 @@ class ClaimBatch:
 # Claimed: (schedule, scheduled_for, outcome, reason, job id or None).
 Claim = tuple[str, datetime, str, str | None, int | None]
 
+
 # Each group column is an array parameter read by subscript (a few groups: a short walk).
 # The statement is never prepared, so each array is a constant of its plan: the JSON of the
 # groups' payloads and backoffs is parsed once per statement, not once per period.
@@ -129,6 +110,7 @@ _G = {c: f"(%(g_{c})b::{t}[])[d.n]" for c, t in (
     ("task", "text"), ("max_attempts", "int4"), ("timeout", "float8"), ("serial", "bool"),
     ("owner", "text"))}
 _G.update({c: f"(%(g_{c})b::text[]::jsonb[])[d.n]" for c in ("payload", "backoff")})
+
 
 _CLAIM = f"""
 WITH claimed AS (

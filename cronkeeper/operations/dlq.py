@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronkeeper.db import attempts as db_attempts
+from cronkeeper.db import outbox as db_outbox
 from cronkeeper.db.engine import Engine, translate_errors
 from cronkeeper.errors import UsageError
 from cronkeeper.timing.durations import parse_duration
@@ -29,7 +30,7 @@ def select_dead(engine: Engine, schedule: str | None, task: str | None, older_th
     older, newer = _age(older_than), _age(newer_than)
     with translate_errors("reading dead letters"), engine.connect() as conn:
         now = conn.exec_driver_sql("SELECT now()").scalar_one()
-        return db_attempts.outbox_dead_list(
+        return db_outbox.outbox_dead_list(
             conn, schedule=schedule, task=task,
             dead_before=now - timedelta(seconds=older) if older is not None else None,
             dead_after=now - timedelta(seconds=newer) if newer is not None else None,
@@ -74,8 +75,8 @@ def apply(engine: Engine, verb: str, ids: list[int]) -> list[int]:
     with translate_errors(f"{verb} of dead letters"), engine.begin() as conn:
         if verb == "replay":
             db_attempts.attempts_archive(conn, ids)
-            return db_attempts.outbox_dead_replay(conn, ids)
-        return db_attempts.outbox_dead_discard(conn, ids)
+            return db_outbox.outbox_dead_replay(conn, ids)
+        return db_outbox.outbox_dead_discard(conn, ids)
 
 
 def _item(row: dict) -> dict[str, Any]:

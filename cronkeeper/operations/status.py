@@ -38,6 +38,8 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         versions_from_rows,
     )
     from cronkeeper.db import audit as dba
+    from cronkeeper.db import outbox as dbo
+    from cronkeeper.db.attempts import attempts_recent
     from cronkeeper.db.engine import leader_lock_key, translate_errors
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
@@ -70,11 +72,11 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         reading = pool.submit(runtimes_read, engine, sorted(current))
         latest = dba.periods_latest(conn, list(current))
         paused = controls_paused(conn)
-        oldest = dba.outbox_oldest_available(conn)
-        dead = dba.outbox_dead(conn)
-        depth = dba.outbox_depth(conn)
-        failed, finished, failed_before = dba.attempts_recent(conn, STORM_WINDOW)
-        from cronkeeper.db.relay import relay_routes_list
+        oldest = dbo.outbox_oldest_available(conn)
+        dead = dbo.outbox_dead(conn)
+        depth = dbo.outbox_depth(conn)
+        failed, finished, failed_before = attempts_recent(conn, STORM_WINDOW)
+        from cronkeeper.db.relay_routes import relay_routes_list
 
         routes = relay_routes_list(conn)
         missing: dict[str, int] = {}

@@ -38,9 +38,10 @@ from typing import cast
 from cronkeeper import __version__, clock, metrics
 from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import instances as db_instances
-from cronkeeper.db import outbox as db
-from cronkeeper.db import relay as db_relay
+from cronkeeper.db import outbox, relay_routes
+from cronkeeper.db import outbox_claims as db
 from cronkeeper.db.engine import Engine, serial_lock_key
+from cronkeeper.db.outbox_endings import Failure
 from cronkeeper.endings import Ending, Kind, next_state
 from cronkeeper.errors import DatabaseError
 from cronkeeper.relay.config import RelayConfig, Route
@@ -149,14 +150,14 @@ class Relay:
 
     def _register_until_up(self) -> None:
         rows = [
-            db_relay.RouteRow(r.position, r.target, list(r.tasks) if r.tasks else None,
+            relay_routes.RouteRow(r.position, r.target, list(r.tasks) if r.tasks else None,
                               list(r.schedules) if r.schedules else None, r.task_regex,
                               r.schedule_regex)
             for r in self.config.routes
         ]
 
         def register(conn) -> None:
-            db_relay.relay_routes_register(conn, relay=self.config.name, routes=rows)
+            relay_routes.relay_routes_register(conn, relay=self.config.name, routes=rows)
             db_instances.instances_register_holder(
                 conn, cluster=self.cluster, instance_id=self.relay_id,
                 host=socket.gethostname(), pid=os.getpid(), version=__version__,
@@ -208,7 +209,7 @@ class Relay:
             return jobs, claimed_at
         renewed_at = clock.monotonic()
         with self.db.statement("renewing leases") as conn:
-            kept = set(db.lease_extend(conn, worker_id=self.relay_id, ids=[j.id for j in jobs],
+            kept = set(db.outbox_lease_extend(conn, worker_id=self.relay_id, ids=[j.id for j in jobs],
                                        attempts=[j.attempt for j in jobs],
                                        margin=self.config.lease))
         return [j for j in jobs if j.id in kept], renewed_at
@@ -346,13 +347,13 @@ class Relay:
                         self.config.lease, extra={"action": "batch_cut_short"})
         return out
 
-    def _failure(self, job: db.OutboxJob, exc: PublishError) -> db.Failure:
+    def _failure(self, job: db.OutboxJob, exc: PublishError) -> Failure:
         """A failed publish is a failed attempt, judged by the worker's policy
         (``cronkeeper.endings``): permanent at once, else retried until the cap."""
         kind = Kind.PERMANENT if isinstance(exc, PermanentPublishError) else Kind.RETRYABLE
         nxt = next_state(Ending(kind, f"publish: {exc}"), job.attempt, job.max_attempts,
                          job.backoff, self.rand.random())
-        return db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome)
+        return Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error, nxt.outcome)
 
     def _poll_completions(self) -> None:
         asking = [name for name, t in self.targets.items()
@@ -360,9 +361,9 @@ class Relay:
         if not asking:
             return
         with self.db.statement("reading published jobs") as conn:
-            open_jobs = db_relay.outbox_published_open(conn, targets=asking,
+            open_jobs = outbox.outbox_published_open(conn, targets=asking,
                                                        limit=_STATUS_BATCH)
-        by_target: dict[str, list[db_relay.Published]] = {}
+        by_target: dict[str, list[outbox.Published]] = {}
         for job in open_jobs:
             by_target.setdefault(job.target, []).append(job)
         ids, states = [], []
@@ -380,7 +381,7 @@ class Relay:
                     states.append("dead")
         if ids:
             with self.db.statement("recording completions") as conn:
-                n = db_relay.outbox_published_finish(conn, ids=ids, states=states)
+                n = outbox.outbox_published_finish(conn, ids=ids, states=states)
             self.stats["finished"] += n
 
 

@@ -1,5 +1,5 @@
 """The relay's recorder thread: writes each round's outcomes (published, failed, handed back)
-while the next round is claimed and published. Marks are fenced (db/relay.py), so a relay whose
+while the next round is claimed and published. Marks are fenced (db/outbox_endings.py), so a relay whose
 lease ran out cannot mark a job another relay took; writes that keep failing are given up after
 half the lease, and the jobs are then claimed again (republished with the same ids: at least
 once)."""
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
-from cronkeeper.db import outbox as db
-from cronkeeper.db import relay as db_relay
+from cronkeeper.db import outbox_endings as db
+from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.errors import DatabaseError
 
 log = logging.getLogger("cronkeeper.relay")
@@ -24,10 +24,10 @@ log = logging.getLogger("cronkeeper.relay")
 class RoundResult:
     """One round's results."""
 
-    published: list[tuple[db.OutboxJob, str, str, float]] = field(default_factory=list)
+    published: list[tuple[OutboxJob, str, str, float]] = field(default_factory=list)
     # ^ job, target, target id, acknowledged at (monotonic)
     failed: list[db.Failure] = field(default_factory=list)
-    deferred: list[tuple[db.OutboxJob, float, str]] = field(default_factory=list)
+    deferred: list[tuple[OutboxJob, float, str]] = field(default_factory=list)
     # ^ job, delay, reason: handed back without counting the attempt
     schedules: dict[int, str | None] = field(default_factory=dict)  # of the failed, by job id
 
@@ -85,7 +85,7 @@ class Recorder:
             jobs = [p[0] for p in out.published]
             with self.db.statement("marking jobs published") as conn:
                 marked_at = clock.monotonic()
-                due = db_relay.outbox_mark_published(
+                due = db.outbox_mark_published(
                     conn, relay_id=self.relay_id, ids=[j.id for j in jobs],
                     attempts=[j.attempt for j in jobs], targets=[p[1] for p in out.published],
                     target_ids=[p[2] for p in out.published],

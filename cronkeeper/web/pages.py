@@ -23,7 +23,8 @@ from cronkeeper.audit import (
 )
 from cronkeeper.db import audit as dba
 from cronkeeper.db import dashboard as dbd
-from cronkeeper.db.attempts import attempts_runtimes
+from cronkeeper.db import outbox as dbo
+from cronkeeper.db.attempts import attempts_recent, attempts_runtimes
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.db.instances import instances_all
 from cronkeeper.db.schedule_controls import controls_paused
@@ -330,11 +331,11 @@ def queue(engine: Any, window: float = 300.0) -> dict:
     state, the oldest ready job's age, the failure rate and attempts per job."""
     with translate_errors("reading the queue"), engine.connect() as conn:
         session_utc(conn)
-        depth = dba.outbox_depth(conn)
-        oldest = dba.outbox_oldest_available(conn)
-        retrying = dba.outbox_retrying(conn)
-        failed, finished, failed_before = dba.attempts_recent(conn, window)
-        jobs, attempts, most = dbd.outbox_attempts_per_job(conn, window)
+        depth = dbo.outbox_depth(conn)
+        oldest = dbo.outbox_oldest_available(conn)
+        retrying = dbo.outbox_retrying(conn)
+        failed, finished, failed_before = attempts_recent(conn, window)
+        jobs, attempts, most = dbo.outbox_attempts_per_job(conn, window)
         conn.rollback()
     return {
         "depth": {s: depth.get(s, 0) for s in ("available", "running", "succeeded", "dead",

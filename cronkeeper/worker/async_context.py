@@ -25,7 +25,7 @@ from typing import Any
 
 from cronkeeper.db.effects import effects_claim_async
 from cronkeeper.db.enqueue import enqueue_async
-from cronkeeper.db.outbox import outbox_complete_async
+from cronkeeper.db.outbox_endings import outbox_complete_async
 from cronkeeper.db.sessions import (
     AsyncConnection,
     async_connection_drop,

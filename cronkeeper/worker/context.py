@@ -89,7 +89,7 @@ class JobContext(JobFacts):
         """The job's fenced completion in the handler's transaction, then commit: True when
         committed; False when the fence refused it (lease lost), everything rolled back.
         Raises when the statement or the commit fails (the caller rolls back)."""
-        from cronkeeper.db.outbox import outbox_complete
+        from cronkeeper.db.outbox_endings import outbox_complete
 
         assert self.job_id is not None
         done = outbox_complete(self.connection, worker_id=worker_id, ids=[self.job_id],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from cronkeeper import clock, metrics
-from cronkeeper.db import outbox as db
+from cronkeeper.db import outbox_endings as db
 from cronkeeper.db.schedule_versions import versions_status
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker import commands

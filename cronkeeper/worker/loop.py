@@ -27,7 +27,7 @@ import threading
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
 from cronkeeper.db import instances as db_instances
-from cronkeeper.db import outbox as db
+from cronkeeper.db import outbox_claims as db
 from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind
@@ -349,7 +349,7 @@ class Worker:
             held += [r.job for r in self.recording.values()]
         with self.db.transaction("extending leases") as conn:
             if held:
-                kept = set(db.lease_extend(conn, worker_id=cfg.worker_id, ids=[j.id for j in held],
+                kept = set(db.outbox_lease_extend(conn, worker_id=cfg.worker_id, ids=[j.id for j in held],
                                            attempts=[j.attempt for j in held], margin=cfg.lease_margin))
                 unkept = {j.id for j in held if j.id not in kept}
                 for job in held:

@@ -15,7 +15,7 @@ import queue
 
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import ReconnectBackoff
-from cronkeeper.db import outbox as db
+from cronkeeper.db import outbox_endings as db
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker.classify import Ending, Kind, next_state
 from cronkeeper.worker.runtime import Host, Running

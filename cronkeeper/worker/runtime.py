@@ -14,7 +14,7 @@ from typing import Protocol
 
 from cronkeeper.claiming import ClaimingDatabase
 from cronkeeper.db.engine import Engine
-from cronkeeper.db.outbox import OutboxJob
+from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.schedule.model import ScheduleSpec
 from cronkeeper.worker.classify import Ending
 from cronkeeper.worker.context import JobContext

@@ -1,0 +1,185 @@
+"""How a held job ends, fenced: completed (``outbox_complete``), failed to retry or dead
+(``outbox_fail``), handed back without counting the attempt (``outbox_defer``), or handed on by a
+relay (``outbox_mark_published``). Each records the attempt's outcome in ``attempts`` in the same
+statement.
+
+Every one of them is *fenced*: it matches ``state = 'running'``, ``leased_by`` and ``attempts``
+(the attempt number the holder claimed), so a worker (or relay) whose lease expired and whose job
+another took can no longer complete, fail or release it. The batched fences spell the state check
+``(state = 'running') IS TRUE``, for the reason ``db/outbox_claims.py`` gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+import sqlalchemy as sa
+
+from cronkeeper.db.engine import driver, translate_errors
+from cronkeeper.db.wake import wake
+
+_COMPLETE = """
+WITH done AS (
+    UPDATE outbox o
+    SET state = 'succeeded', finished_at = now() - make_interval(secs => coalesce(d.age, 0)),
+        leased_by = NULL, lease_expires_at = NULL, last_error = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(ages)s::float8[]) AS d(id, attempt, age)
+    WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
+      AND o.leased_by = %(worker)s
+    RETURNING o.id, o.attempts, d.age
+), recorded AS (
+    UPDATE attempts a
+    SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
+        outcome = 'succeeded'
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+"""
+
+
+def outbox_complete(
+    conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
+    ages: list[float] | None = None,
+) -> list[int]:
+    """Mark jobs succeeded (fenced); returns the ids that were still this worker's.
+
+    ``ages``: for each job, how many seconds ago its attempt ended (an ending kept in memory
+    while the database was away is recorded with the instant it happened, not the instant the
+    database came back); None when they end now (a handler's transaction commits its own)."""
+    params = {"ids": int_array(ids), "attempts": int_array(attempts),
+              "ages": None if ages is None else float_array(ages), "worker": worker_id}
+    return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
+
+
+async def outbox_complete_async(
+    conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int]
+) -> list[int]:
+    """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's)."""
+    params = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
+    with translate_errors("completing the job"):
+        cur = await conn.execute(_COMPLETE, params, binary=True)
+        return [r[0] for r in await cur.fetchall()]
+
+
+def int_array(values: list[int]) -> str:
+    """A PostgreSQL array literal of integers: on the hot path, one ``str.join`` costs a tenth of
+    the driver's per-element array adapter."""
+    return "{" + ",".join(map(str, map(int, values))) + "}"
+
+
+def float_array(values: list[float]) -> str:
+    """A PostgreSQL array literal of float8, for the same reason as ``int_array``."""
+    return "{" + ",".join(map(repr, map(float, values))) + "}"
+
+
+_FAIL = """
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
+                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
+                         %(ages)s::float8[])
+             AS f(id, attempt, state, delay, error, outcome, age)
+), done AS (
+    UPDATE outbox o
+    SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.error,
+        run_after = CASE WHEN f.state = 'available'
+                         THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
+        finished_at = CASE WHEN f.state = 'dead' THEN now() - make_interval(secs => f.age) END
+    FROM f
+    WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
+      AND o.leased_by = %(worker)s
+    RETURNING o.id, o.attempts, o.state
+), recorded AS (
+    UPDATE attempts a
+    SET finished_at = clock_timestamp() - make_interval(secs => f.age), outcome = f.outcome,
+        error = f.error
+    FROM done JOIN f ON f.id = done.id
+    WHERE a.job_id = done.id AND a.attempt = done.attempts
+), woke AS (""" + wake("done WHERE state = 'available'") + """)
+SELECT id FROM done, woke
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How one attempt ended badly: the job's next state and the attempt's outcome."""
+
+    id: int
+    attempt: int
+    state: str  # 'available' (retry after delay) or 'dead'
+    delay: float
+    error: str
+    outcome: str  # attempts.outcome: retry | dead | timeout | released
+    age: float = 0.0  # seconds since the attempt ended (recorded late: the database was away)
+
+
+def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure]) -> list[int]:
+    """Record failed attempts and move their jobs to retry or dead letter (fenced)."""
+    params = {
+        "ids": [f.id for f in failures],
+        "attempts": [f.attempt for f in failures],
+        "states": [f.state for f in failures],
+        "delays": [f.delay for f in failures],
+        "errors": [f.error for f in failures],
+        "outcomes": [f.outcome for f in failures],
+        "ages": [f.age for f in failures],
+        "worker": worker_id,
+    }
+    return [r[0] for r in driver(conn).execute(_FAIL, params).fetchall()]
+
+
+_DEFER = """
+WITH back AS (
+    UPDATE outbox o
+    SET state = 'available', attempts = o.attempts - 1, leased_by = NULL,
+        lease_expires_at = NULL, last_error = %(reason)s,
+        run_after = now() + make_interval(secs => %(delay)s)
+    WHERE o.id = %(id)s AND o.attempts = %(attempt)s AND o.state = 'running'
+      AND o.leased_by = %(worker)s
+    RETURNING o.id
+), forgotten AS (
+    DELETE FROM attempts a USING back WHERE a.job_id = back.id AND a.attempt = %(attempt)s
+), woke AS (""" + wake("back") + """)
+SELECT woke FROM woke
+"""
+
+
+def outbox_defer(
+    conn: sa.Connection, *, worker_id: str, job_id: int, attempt: int, delay: float, reason: str
+) -> None:
+    """Hand a job back without counting the attempt (this worker lacks its schedule version)."""
+    params = {"id": job_id, "attempt": attempt, "worker": worker_id, "delay": delay, "reason": reason}
+    driver(conn).execute(_DEFER, params)
+
+
+_MARK = """
+WITH p AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(targets)s::text[],
+                         %(target_ids)s::text[]) AS p(id, attempt, target, target_id)
+), done AS (
+    UPDATE outbox o
+    SET state = 'published', published_at = now(), published_to = p.target,
+        target_id = p.target_id, leased_by = NULL, lease_expires_at = NULL, last_error = NULL
+    FROM p
+    WHERE o.id = p.id AND o.attempts = p.attempt AND (o.state = 'running') IS TRUE
+      AND o.leased_by = %(relay)s
+    RETURNING o.id, o.attempts,
+              extract(epoch FROM clock_timestamp() - greatest(o.created_at, o.run_after)) AS due_seconds
+), recorded AS (
+    UPDATE attempts a SET finished_at = clock_timestamp(), outcome = 'published'
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id, due_seconds FROM done
+"""
+
+
+def outbox_mark_published(
+    conn: sa.Connection, *, relay_id: str, ids: list[int], attempts: list[int],
+    targets: list[str], target_ids: list[str],
+) -> dict[int, float]:
+    """Mark jobs a relay handed to their target published (fenced, like a worker's
+    completion). Returns, per id still this relay's, the seconds from when the job became due
+    (its commit, or its ``run_after`` when later) to this statement."""
+    params = {"ids": ids, "attempts": attempts, "targets": targets, "target_ids": target_ids,
+              "relay": relay_id}
+    return {r[0]: float(r[1]) for r in driver(conn).execute(_MARK, params).fetchall()}

@@ -138,7 +138,7 @@ def seed(url: str, schema: str, count: int) -> int:
 
 
 def explain(url: str, schema: str) -> None:
-    from cronkeeper.db import dashboard
+    from cronkeeper.db import periods
 
     # jit off, as the page's transaction has it (``sessions.session_snapshot``)
     with psycopg.connect(url, options=f"-c search_path={schema} -c jit=off") as conn:
@@ -147,13 +147,13 @@ def explain(url: str, schema: str) -> None:
         names = every[:100]
         since, until = conn.execute("SELECT now() - interval '3 days', now()").fetchone()
         plans = {  # (statement, the schedules it is asked about)
-            "periods_windows (one page, 100 schedules)": (dashboard.PERIODS_WINDOWS, names),
+            "periods_windows (one page, 100 schedules)": (periods.PERIODS_WINDOWS, names),
             "periods_window_states (a state filter, every schedule)": (
-                dashboard.PERIODS_WINDOW_STATES, every),
+                periods.PERIODS_WINDOW_STATES, every),
             "periods_window_states, instants only (state=missing/pending)": (
-                dashboard.PERIODS_WINDOW_INSTANTS, every),
+                periods.PERIODS_WINDOW_INSTANTS, every),
             "periods_window_states, dead and running jobs (state=dead/running/emitted)": (
-                dashboard.JOBS_WINDOW_DEAD_RUNNING, every),
+                periods.JOBS_WINDOW_DEAD_RUNNING, every),
         }
         for title, (sql, asked) in plans.items():
             print(f"\nEXPLAIN {title}:")

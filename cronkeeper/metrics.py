@@ -336,11 +336,11 @@ class DatabaseCollector(Collector):
         return [instances, digests, tzdata]
 
     def _schedules(self, conn: Any) -> list:
-        from cronkeeper.db import audit as dba
+        from cronkeeper.db.periods import periods_last_emitted, periods_latest
 
         current = self._current_cached(conn)
-        last = dba.periods_latest(conn, list(current))
-        emitted = dba.periods_last_emitted(conn, list(current))
+        last = periods_latest(conn, list(current))
+        emitted = periods_last_emitted(conn, list(current))
         last_fire = GaugeMetricFamily("cronkeeper_schedule_last_fire_timestamp_seconds",
                                       "Nominal instant of the schedule's latest emitted period.",
                                       labels=["schedule", "owner"])
@@ -467,7 +467,7 @@ class DatabaseCollector(Collector):
         at a time (their versions parsed, their periods read in one statement, then let go),
         and log each newly missing period at warning."""
         from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
-        from cronkeeper.db import audit as dba
+        from cronkeeper.db.periods import periods_windows
         from cronkeeper.db.schedule_versions import versions_all, versions_in_force
         from cronkeeper.db.sessions import session_utc
 
@@ -483,7 +483,7 @@ class DatabaseCollector(Collector):
                     for name, vs in self._parsed(versions_all(conn, chunk)):
                         if in_window(vs, since, now):
                             versions[name] = vs
-                    rows_of = dba.periods_range_many(conn, list(versions), since, now)
+                    rows_of = periods_windows(conn, [(n, since) for n in versions], now)
                     for name, vs in versions.items():
                         rows, summary = audit_schedule(
                             name, vs, records_from_rows(rows_of[name]), since=since, until=now,

@@ -22,6 +22,7 @@ from cronkeeper.db import leadership as dbl
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.db.outbox import outbox_unfinished
+from cronkeeper.db.periods import periods_last
 from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import VersionRow, versions_in_force, versions_insert
 from cronkeeper.db.sessions import db_now
@@ -139,7 +140,7 @@ class Scheduler:
                 now = self.confirm()
                 page = versions_in_force(self.conn, cursor, LOAD_ROWS)
                 versions = [v for v in page if v.spec is not None]
-                last = dbs.periods_last(self.conn, [v.schedule for v in versions])
+                last = periods_last(self.conn, [v.schedule for v in versions])
             floor = now - self.resume_floor
             for v in versions:
                 try:

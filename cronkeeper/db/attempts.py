@@ -6,7 +6,6 @@ letter is replayed."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -38,19 +37,6 @@ FROM attempts WHERE job_id = %(id)s ORDER BY started_at, id
 def attempts_for_job(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:
     cur = driver(conn).cursor(row_factory=dict_row)
     return cur.execute(_ATTEMPTS_FOR_JOB, {"id": job_id}).fetchall()
-
-
-_PERIOD = """
-SELECT p.schedule, p.scheduled_for, p.outcome, p.reason, p.decided_at, p.term, p.version_id,
-       v.digest
-FROM periods p LEFT JOIN schedule_versions v ON v.id = p.version_id
-WHERE p.schedule = %(schedule)s AND p.scheduled_for = %(at)s
-"""
-
-
-def periods_get(conn: sa.Connection, schedule: str, scheduled_for: datetime) -> dict[str, Any] | None:
-    cur = driver(conn).cursor(row_factory=dict_row)
-    return cur.execute(_PERIOD, {"schedule": schedule, "at": scheduled_for}).fetchone()
 
 
 # Per schedule, from its last %(last)s finished attempts (newest period first, then newest

@@ -39,23 +39,6 @@ class PeriodRow(NamedTuple):
     owner: str | None = None
 
 
-def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:
-    """The latest period each schedule's leaders decided (one index probe per schedule).
-
-    Operator backfills (term 0) do not count: a backfill of a later window must not make a new
-    leader skip the undecided periods before it; those lose their insert to the backfill."""
-    if not schedules:
-        return {}
-    rows = conn.execute(
-        """
-        SELECT s, (SELECT max(scheduled_for) FROM periods p WHERE p.schedule = s AND p.term > 0)
-        FROM unnest(%s::text[]) AS s
-        """,
-        (list(schedules),),
-    ).fetchall()
-    return {s: last for s, last in rows if last is not None}
-
-
 class JobColumns(NamedTuple):
     """The outbox columns every job of one schedule version shares (all but its key, period,
     version and run_after). A claim sends each distinct one once, not once per period."""
@@ -364,19 +347,6 @@ def _claim_send(conn: psycopg.Connection, batch: ClaimBatch, term: int) -> psyco
 _JOB_PARAMS = ("g_task", "g_payload", "g_max_attempts", "g_timeout", "g_backoff", "g_serial",
                "g_owner")
 _NO_JOB = JobColumns(*(None,) * len(JobColumns._fields))  # type: ignore[arg-type]
-
-
-def periods_decided(
-    conn: psycopg.Connection, schedule: str, start: datetime, end: datetime
-) -> set[datetime]:
-    rows = conn.execute(
-        """
-        SELECT scheduled_for FROM periods
-        WHERE schedule = %s AND scheduled_for > %s AND scheduled_for <= %s
-        """,
-        (schedule, start, end),
-    )
-    return {r[0] for r in rows}
 
 
 def outbox_insert_manual(conn: psycopg.Connection, row: PeriodRow) -> int:

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
+from cronkeeper.db.periods import periods_decided
 from cronkeeper.db.schedule_controls import controls_set
 from cronkeeper.db.schedule_versions import VersionRow, versions_all, versions_in_force
 from cronkeeper.db.sessions import db_now
@@ -78,7 +79,7 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
         until = min(until, db_now(raw))
         rows = []
         versions = versions_all(raw, [name])  # oldest first
-        decided = dbs.periods_decided(raw, name, after, until)
+        decided = periods_decided(raw, name, after, until)
         for (version_id, _, stored, active_from), following in itertools.zip_longest(
                 versions, versions[1:]):
             if stored is None:  # removed for a while

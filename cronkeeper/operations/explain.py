@@ -8,8 +8,9 @@ import json
 from datetime import datetime
 from typing import Any, overload
 
-from cronkeeper.db.attempts import attempts_for_job, attempts_runtimes, periods_get
+from cronkeeper.db.attempts import attempts_for_job, attempts_runtimes
 from cronkeeper.db.outbox import outbox_get_by_key
+from cronkeeper.db.periods import periods_get
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.planning import period_of_key

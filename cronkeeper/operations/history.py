@@ -19,8 +19,8 @@ from cronkeeper.audit import (
     records_from_rows,
     versions_from_rows,
 )
-from cronkeeper.db import audit as dba
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.periods import periods_range
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.db.sessions import session_utc
 from cronkeeper.errors import CronkeeperError, UnreadableVersion, UsageError
@@ -57,7 +57,7 @@ def collect(
         result = Audit(notes=[note] if note else [])
         triggers: dict = {}
         for name in chosen:
-            records = records_from_rows(dba.periods_range(conn, name, lo, hi))
+            records = records_from_rows(periods_range(conn, name, lo, hi))
             rows, summary = audit_schedule(
                 name, versions[name], records, since=lo, until=hi, now=now, triggers=triggers
             )

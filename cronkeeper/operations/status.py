@@ -37,12 +37,12 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         spec_in_force,
         versions_from_rows,
     )
-    from cronkeeper.db import audit as dba
     from cronkeeper.db import outbox as dbo
     from cronkeeper.db.attempts import attempts_recent
     from cronkeeper.db.engine import leader_lock_key, translate_errors
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
+    from cronkeeper.db.periods import periods_latest, periods_windows
     from cronkeeper.db.schedule_controls import controls_paused
     from cronkeeper.db.schedule_versions import versions_all
     from cronkeeper.db.sessions import session_jit_off, session_utc
@@ -70,7 +70,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         # The run-time figures are the heaviest statement (up to 100 attempts a schedule): read
         # on a connection of their own while this one reads the rest and the audit runs here.
         reading = pool.submit(runtimes_read, engine, sorted(current))
-        latest = dba.periods_latest(conn, list(current))
+        latest = periods_latest(conn, list(current))
         paused = controls_paused(conn)
         oldest = dbo.outbox_oldest_available(conn)
         dead = dbo.outbox_dead(conn)
@@ -83,7 +83,8 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         since = now - timedelta(hours=1)
         audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
         for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
-            rows_of = dba.periods_range_many(conn, audited[i:i + AUDIT_CHUNK], since, now)
+            rows_of = periods_windows(conn, [(n, since) for n in audited[i:i + AUDIT_CHUNK]],
+                                      now)
             for name, rows in rows_of.items():
                 _, summary = audit_schedule(name, versions[name], records_from_rows(rows),
                                             since=since, until=now, now=now)

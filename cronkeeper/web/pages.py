@@ -21,12 +21,16 @@ from cronkeeper.audit import (
     specs_in_force,
     versions_from_rows,
 )
-from cronkeeper.db import audit as dba
-from cronkeeper.db import dashboard as dbd
 from cronkeeper.db import outbox as dbo
 from cronkeeper.db.attempts import attempts_recent, attempts_runtimes
 from cronkeeper.db.engine import translate_errors
 from cronkeeper.db.instances import instances_all
+from cronkeeper.db.periods import (
+    periods_latest,
+    periods_range,
+    periods_window_states,
+    periods_windows,
+)
 from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import versions_after, versions_all, versions_stamp
 from cronkeeper.db.sessions import session_snapshot, session_utc
@@ -171,7 +175,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             until=now, now=now, triggers=cache.triggers, fires=cache.fires, last=periods)
             for n in chosen}
         if strip_state:  # the filter needs every schedule's states, not their drawings
-            states = dbd.periods_window_states(
+            states = periods_window_states(
                 conn, [(n, expected[n].start) for n in chosen], now,
                 outcomes=strip_state not in UNRECORDED, jobs=strip_state in JOB_FILTERS)
             wanted = LETTER[strip_state]  # the audit's state letters are the strip's
@@ -180,13 +184,13 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         else:
             shown = chosen
         windows = [(n, expected[n].start) for n in shown]
-        records = dbd.periods_windows(conn, windows, now)
+        records = periods_windows(conn, windows, now)
         strips: dict[str, Strip] = {
             name: strip_from_rows(name, current[name], strip_rows(
                 name, current[name], records_from_rows(records[name]), since=since, now=now,
                 periods=periods, triggers=cache.triggers, fires=cache.fires))
             for name, since in windows}
-        latest = dba.periods_latest(conn, shown)
+        latest = periods_latest(conn, shown)
         runtimes = attempts_runtimes(conn, shown, SAMPLE)
         conn.rollback()
     rows = []
@@ -276,8 +280,8 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         end = min(until, now) if until else now
         since = window_start(versions, end, periods, retention_days, cache.triggers,
                              cache.lengths)
-        records = dbd.periods_windows(conn, [(name, since)], end)[name]
-        latest = dba.periods_latest(conn, [name]).get(name)
+        records = periods_range(conn, name, since, end)
+        latest = periods_latest(conn, [name]).get(name)
         paused = name in controls_paused(conn)
         found = attempts_runtimes(conn, [name], SAMPLE).get(name)
         conn.rollback()

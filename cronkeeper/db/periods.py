@@ -1,7 +1,10 @@
-"""Statements behind ``cronkeeper web`` that the CLI does not already have: read-only, one
-function per statement, each naming the index it relies on. The rest of the web's reads are
-the same functions as ``status``, ``history``, ``dlq`` and the metrics (``db/audit.py``,
-``db/attempts.py``)."""
+"""The ``periods`` table, read: one row per decided period of a schedule (emitted or skipped,
+and why), written only by the claim (``db/periods_claims.py``). The leader asks which periods
+are decided (``periods_last``, ``periods_decided``); ``history``, ``status``, the web and the
+metrics read the recorded periods with their jobs (``periods_range`` for one schedule,
+``periods_windows`` for many), the latest of each (``periods_latest``, ``periods_last_emitted``)
+or their states packed for the web's filters (``periods_window_states``); ``explain`` reads one
+(``periods_get``). Timestamps come back in the session's time zone (``session_utc``)."""
 
 from __future__ import annotations
 
@@ -9,12 +12,127 @@ import sys
 from array import array
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver
 
+
+def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:
+    """The latest period each schedule's leaders decided (one index probe per schedule).
+
+    Operator backfills (term 0) do not count: a backfill of a later window must not make a new
+    leader skip the undecided periods before it; those lose their insert to the backfill."""
+    if not schedules:
+        return {}
+    rows = conn.execute(
+        """
+        SELECT s, (SELECT max(scheduled_for) FROM periods p WHERE p.schedule = s AND p.term > 0)
+        FROM unnest(%s::text[]) AS s
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {s: last for s, last in rows if last is not None}
+
+
+def periods_decided(
+    conn: psycopg.Connection, schedule: str, start: datetime, end: datetime
+) -> set[datetime]:
+    rows = conn.execute(
+        """
+        SELECT scheduled_for FROM periods
+        WHERE schedule = %s AND scheduled_for > %s AND scheduled_for <= %s
+        """,
+        (schedule, start, end),
+    )
+    return {r[0] for r in rows}
+
+
+_PERIOD = """
+SELECT p.schedule, p.scheduled_for, p.outcome, p.reason, p.decided_at, p.term, p.version_id,
+       v.digest
+FROM periods p LEFT JOIN schedule_versions v ON v.id = p.version_id
+WHERE p.schedule = %(schedule)s AND p.scheduled_for = %(at)s
+"""
+
+
+def periods_get(conn: sa.Connection, schedule: str, scheduled_for: datetime) -> dict[str, Any] | None:
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_PERIOD, {"schedule": schedule, "at": scheduled_for}).fetchone()
+
+
+def periods_latest(
+    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str]
+) -> dict[str, tuple]:
+    """Each schedule's latest decided period: (scheduled_for, outcome, reason, decided_at,
+    job state). One index probe per schedule."""
+    if not schedules:
+        return {}
+    rows = driver(conn).execute(
+        """
+        SELECT s, p.scheduled_for, p.outcome, p.reason, p.decided_at, o.state
+        FROM unnest(%s::text[]) AS s
+        CROSS JOIN LATERAL (SELECT * FROM periods WHERE schedule = s
+                            ORDER BY scheduled_for DESC LIMIT 1) p
+        LEFT JOIN LATERAL (SELECT state FROM outbox WHERE schedule = s
+                           AND scheduled_for = p.scheduled_for ORDER BY id LIMIT 1) o ON true
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def periods_last_emitted(
+    conn: sa.Connection | psycopg.Connection, schedules: Sequence[str]
+) -> dict[str, datetime]:
+    """Each schedule's latest emitted period (a backward scan of the primary key)."""
+    if not schedules:
+        return {}
+    rows = driver(conn).execute(
+        """
+        SELECT s, (SELECT max(scheduled_for) FROM periods
+                   WHERE schedule = s AND outcome = 'emitted')
+        FROM unnest(%s::text[]) AS s
+        """,
+        (list(schedules),),
+    ).fetchall()
+    return {s: t for s, t in rows if t is not None}
+
+
+_PERIODS_RANGE = """
+SELECT floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
+       CASE WHEN p.outcome = 'emitted' THEN
+           extract(epoch FROM coalesce(o.created_at, p.decided_at))::float8 END,
+       o.state, o.attempts
+FROM periods p
+LEFT JOIN outbox o ON o.schedule = p.schedule AND o.scheduled_for = p.scheduled_for
+                  AND p.outcome = 'emitted'
+WHERE p.schedule = %(s)s AND p.scheduled_for >= %(a)s AND p.scheduled_for <= %(b)s
+ORDER BY p.scheduled_for, o.id
+"""
+
+
+def periods_range(
+    conn: sa.Connection | psycopg.Connection, schedule: str, since: datetime, until: datetime
+) -> list[tuple]:
+    """One schedule's recorded periods in ``[since, until]`` with their jobs, ascending, shaped
+    as ``periods_windows`` gives them (``history``, the web's schedule page).
+
+    Not ``periods_windows`` for one name: given the schedule as a value, the planner sees how
+    many periods the range holds, reads them in the primary key's order and merges the outbox
+    in (an incremental sort); through ``periods_windows``' unnest it probes the outbox once per
+    period and sorts them all. A year of a minutely schedule among 300 others: 1.4-2.1 s this
+    way, 3.5-5.3 s the other (three runs each, alternating; the 2-core development machine)."""
+    with driver(conn).cursor(binary=True) as cur:
+        cur.execute(_PERIODS_RANGE, {"s": schedule, "a": since, "b": until})
+        return cur.fetchall()
+
+
+# A schedule's recorded periods with their jobs, shaped as ``audit.Record`` after the schedule's
+# name: instants as Unix seconds, in binary.
 PERIODS_WINDOWS = """
 SELECT w.s, floor(extract(epoch FROM p.scheduled_for))::int8, p.outcome, p.reason,
        CASE WHEN p.outcome = 'emitted' THEN
@@ -34,9 +152,12 @@ def periods_windows(
     until: datetime,
 ) -> dict[str, list[tuple]]:
     """Each schedule's recorded periods in ``[since, until]`` (one ``since`` per schedule), with
-    their jobs, ascending, shaped as ``audit.Record`` like ``periods_range``. One statement for a
-    whole page of schedules: a range scan of the periods primary key per schedule, the job from
-    the outbox's ``outbox_schedule_period`` index."""
+    their jobs, ascending: schedule -> rows shaped as ``audit.Record``: (scheduled_for as Unix
+    seconds, outcome, reason, emitted_at as Unix seconds, job state, job attempts); a period
+    with two jobs comes once per job, its first first. Instants travel as numbers in binary: a
+    year of a minutely schedule is half a million rows. One statement for a whole page of
+    schedules (one schedule alone: ``periods_range``): a range scan of the periods primary key
+    per schedule, the job from the outbox's ``outbox_schedule_period`` index."""
     out: dict[str, list[tuple]] = {name: [] for name, _ in windows}
     if not windows:
         return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from cronkeeper.schedule.model import Misfire, Overlap, ScheduleSpec
@@ -61,9 +61,15 @@ def _stamp(scheduled_for: datetime) -> str:
 
 def idempotency_key(schedule: str, scheduled_for: datetime) -> str:
     """``<schedule>@<YYYY-MM-DDTHH:MM:SSZ>`` (docs/schedules.md): every job key of a period is
-    made here, or from ``key_stamp`` by the COPY writer (db/scheduling.py), which a test holds
-    equal to this."""
+    made here, or from ``key_stamp`` by the claim (db/periods_claims.py, the statement in SQL
+    and the COPY writer), which tests hold equal to this."""
     return f"{schedule}@{key_stamp(scheduled_for)}"
+
+
+def manual_key(schedule: str, now: datetime) -> str:
+    """A manual ``trigger``'s job key, ``<schedule>@manual:<YYYY-MM-DDTHH:MM:SS.ffffffZ>``: never
+    a period's (``period_of_key`` names no period for it)."""
+    return f"{schedule}@manual:{now.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
 
 
 def period_of_key(key: str) -> tuple[str, datetime] | None:

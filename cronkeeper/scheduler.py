@@ -12,22 +12,28 @@ import itertools
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from cronkeeper.backoff import period_jitter
 from cronkeeper.db import leadership as dbl
-from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import RawConnection
 from cronkeeper.db.outbox import outbox_unfinished
 from cronkeeper.db.periods import periods_last
+from cronkeeper.db.periods_claims import (
+    Claim,
+    ClaimBatch,
+    ClaimGroup,
+    JobColumns,
+    periods_claim,
+)
 from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import VersionRow, versions_in_force, versions_insert
 from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, LeadershipLost
-from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, key_stamp, plan
+from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
 from cronkeeper.schedule.model import (
     Backoff,
     Misfire,
@@ -71,7 +77,7 @@ class Family(NamedTuple):
     catch_up_limit: float
     overlap: Overlap
     jitter: float
-    job: dbs.JobColumns
+    job: JobColumns
 
 
 @dataclass(slots=True)
@@ -334,7 +340,7 @@ class Scheduler:
 
     def _decide(
         self, due: dict[str, Sequence[datetime]]
-    ) -> tuple[datetime, list[tuple[dbs.ClaimBatch, list[dbs.Claim]]]]:
+    ) -> tuple[datetime, list[tuple[ClaimBatch, list[Claim]]]]:
         """Plan and claim inside the tick's transaction; return its now and, per batch, the
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.confirm()
@@ -343,19 +349,17 @@ class Scheduler:
             self.conn,
             [n for n in due if self.states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )
-        return now, dbs.periods_claim_copied(self.conn, self._batches(due, now, paused, busy),
-                                             self.term, self.on_progress)
+        return now, periods_claim(self.conn, self._batches(due, now, paused, busy), self.term,
+                                  self.on_progress)
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
-    ) -> Iterator[dbs.ClaimBatch]:
+    ) -> Iterator[ClaimBatch]:
         """The decisions as claim columns, planned lazily, ``BATCH_ROWS`` periods at a time.
         ``plan`` is pure, so schedules of one family with the same due periods (one list,
         shared through the tick's memo) share one plan and its claim groups (the instant, the
         decision, the job's columns): a burst's schedule costs a lookup and four appends."""
-        groups: list[dbs.ClaimGroup] = []
-        group_index: dict[dbs.ClaimGroup, int] = {}
-        batch = dbs.ClaimBatch(groups)
+        batch = ClaimBatch()
         plans: dict[tuple, tuple[list[Decision], list[int]]] = {}
         states = self.states
         for name, periods in due.items():
@@ -367,7 +371,7 @@ class Scheduler:
                 decisions = plan(state.spec, periods, now, paused=is_paused, busy=is_busy)
                 job = state.family.job
                 planned = plans[key] = (decisions, [
-                    dbs.group_number(claim_group(d, job), groups, group_index) for d in decisions])
+                    batch.number(claim_group(d, job)) for d in decisions])
             decisions, indexes = planned
             n = len(indexes)
             if n == 1:  # the common case, without the iterators
@@ -385,7 +389,7 @@ class Scheduler:
             if len(batch.schedule) >= BATCH_ROWS:
                 self._progress()  # a big tick is progress batch by batch, not at its end
                 yield batch
-                batch = dbs.ClaimBatch(groups)
+                batch = batch.following()
         if len(batch):
             yield batch
         # Every batch is sent; the server is still writing the last ones. Advance the schedules
@@ -416,19 +420,28 @@ def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:
     return at + timedelta(seconds=period_jitter(idempotency_key(name, at), jitter))
 
 
-def job_columns(spec: ScheduleSpec) -> dbs.JobColumns:
-    """The outbox columns every job of the spec shares."""
-    return dbs.JobColumns(spec.task_name, spec.payload_json, spec.max_attempts, spec.timeout,
-                          _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner)
+def job_columns(spec: ScheduleSpec) -> JobColumns:
+    """The outbox columns every job of the spec shares (its periods' and a manual trigger's)."""
+    return JobColumns(spec.task_name, spec.payload_json, spec.max_attempts, spec.timeout,
+                      _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner)
 
 
-def claim_group(decision: Decision, job: dbs.JobColumns) -> dbs.ClaimGroup:
+def claim_group(decision: Decision, job: JobColumns) -> ClaimGroup:
     """The group of a decision: an emitted one carries the job's columns, a skipped one none."""
-    at = decision.scheduled_for
     reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
     emitted = decision.outcome is Outcome.EMITTED
-    return dbs.ClaimGroup(at, key_stamp(at), decision.outcome.value, reason,
-                          job if emitted else None)
+    return ClaimGroup(decision.scheduled_for, decision.outcome.value, reason,
+                      job if emitted else None)
+
+
+def claim_add(batch: ClaimBatch, spec: ScheduleSpec, version_id: int,
+              decisions: Iterable[Decision]) -> None:
+    """Append decisions made outside a tick (an operator's backfill) to ``batch``: the same
+    groups and jitter as the tick's (which appends its burst's columns itself, ``_batches``)."""
+    job = job_columns(spec)
+    for d in decisions:
+        jittered = _jittered(spec.name, spec.jitter, d) if spec.jitter else None
+        batch.add(spec.name, version_id, claim_group(d, job), jittered)
 
 
 def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | None]:
@@ -442,22 +455,6 @@ def _version_row(name: str, spec: ScheduleSpec | None) -> tuple[str, str, str | 
 def stored_spec(version: VersionRow) -> tuple[ScheduleSpec, Trigger]:
     """The spec and trigger of a stored version row (UnreadableVersion if it cannot be read)."""
     return read_stored_version(version.schedule, version.id, version.spec)
-
-
-def period_row(spec: ScheduleSpec, version_id: int, decision: Decision) -> dbs.PeriodRow:
-    """The row that records a decision; an emitted one carries its outbox job's columns.
-    Built positionally, once: a burst builds one per schedule."""
-    at = decision.scheduled_for
-    reason = decision.reason.value if decision.reason else None  # (a backfill emits with one)
-    if decision.outcome is not Outcome.EMITTED:
-        return dbs.PeriodRow(spec.name, at, version_id, decision.outcome.value, reason)
-    key = idempotency_key(spec.name, at)
-    return dbs.PeriodRow(
-        spec.name, at, version_id, "emitted", reason, key, spec.task_name, spec.payload_json,
-        spec.max_attempts,
-        at + timedelta(seconds=period_jitter(key, spec.jitter)) if spec.jitter else at,
-        spec.timeout, _backoff_json(spec.backoff), spec.overlap is Overlap.SERIAL, spec.owner,
-    )
 
 
 _OUTCOMES: dict[str, Outcome] = {o.value: o for o in Outcome}

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from claim_rows import Row, batch, flat
 from daemon_harness import (
     assert_audit_clean,
     audit,
@@ -22,7 +23,7 @@ from daemon_harness import (
 
 from cronkeeper import clock
 from cronkeeper.db import leadership as dbl
-from cronkeeper.db import scheduling as dbs
+from cronkeeper.db import periods_claims
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.errors import LeadershipLost
 from cronkeeper.planning import idempotency_key
@@ -42,13 +43,13 @@ def _version(conn: psycopg.Connection, schedule: str) -> int:
         "VALUES (%s, 'd', '{}'::jsonb, clock_timestamp(), 1) RETURNING id", (schedule,)).fetchone()[0]
 
 
-def _rows(schedule: str, version: int, start: datetime, n: int) -> list[dbs.PeriodRow]:
+def _rows(schedule: str, version: int, start: datetime, n: int) -> list[Row]:
     rows = []
     for i in range(n):
         at = start + timedelta(seconds=i)
         emitted = i % 5 != 0  # a mix of emitted and skipped decisions
         key = idempotency_key(schedule, at)
-        rows.append(dbs.PeriodRow(
+        rows.append(Row(
             schedule=schedule, scheduled_for=at, version_id=version,
             outcome="emitted" if emitted else "skipped", reason=None if emitted else "overlap",
             key=key if emitted else None, task="t" if emitted else None,
@@ -78,11 +79,12 @@ def test_concurrent_periods_claim_from_two_connections_one_job_per_period(pg_sch
             def claim(i: int, batches=batches, barrier=barrier, results=results) -> None:
                 with conns[i].transaction():
                     barrier.wait(10)
-                    if writer == "statement":
-                        results[i] = dbs.periods_claim(conns[i], batches[i], term=10 + i)
+                    if writer == "statement":  # the reference, alone
+                        results[i] = flat(periods_claims._periods_claim_statement(
+                            conns[i], [batch(batches[i])], term=10 + i))
                     else:
-                        results[i] = [c for _, got in dbs.periods_claim_copied(
-                            conns[i], [dbs.claim_batch(batches[i])], term=10 + i) for c in got]
+                        results[i] = flat(periods_claims.periods_claim(
+                            conns[i], [batch(batches[i])], term=10 + i))
 
             threads = [threading.Thread(target=claim, args=(i,)) for i in range(2)]
             for t in threads:

@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from claim_rows import Row, batch, flat
 from daemon_harness import schedule_toml, set_path, shared_postgres, wait_for, write_schedules
 
 from cronkeeper import clock, scheduler
 from cronkeeper.db import leadership as dbl
-from cronkeeper.db import scheduling as dbs
+from cronkeeper.db import periods_claims
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.election import Node
@@ -225,19 +226,13 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
     conn = set_path(pg.connect(), pg.new_schema())
     odd = "s\\6\tN\n\\N"  # backslash, tab, newline, and COPY's NULL spelled out
 
-    def claim(rows: list[dbs.PeriodRow], term: int) -> list[dbs.Claim]:
-        if writer == "statement":
-            return dbs.periods_claim(conn, rows, term)
+    def claim(rows: list[Row], term: int) -> list[periods_claims.Claim]:
+        if writer == "statement":  # the reference, alone
+            return flat(periods_claims._periods_claim_statement(conn, [batch(rows)], term))
         half = len(rows) // 2  # two batches sharing their groups, as a tick's do
-        groups: list[dbs.ClaimGroup] = []
-        index: dict[dbs.ClaimGroup, int] = {}
-        batches = [dbs.claim_batch(part) for part in (rows[:half], rows[half:])]
-        for b in batches:  # re-point each batch at one shared group list
-            b.group = [dbs.group_number(b.groups[n - 1], groups, index) for n in b.group]
-            b.groups = groups
-        return [c for _, got in dbs.periods_claim_copied(conn, batches, term,
-                                                         lambda: beats.append(1))
-                for c in got]
+        first = batch(rows[:half])
+        return flat(periods_claims.periods_claim(conn, [first, batch(rows[half:], first)], term,
+                                                 lambda: beats.append(1)))
 
     beats: list[int] = []  # the stall watchdog's heartbeats from the COPY path
 
@@ -248,10 +243,10 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
                                   + [(odd, "d", "{}")], at, 1)
 
         def row(name: str, when: datetime, outcome: str = "emitted", reason: str | None = None,
-                task: str = "t.a", run_after: datetime | None = None) -> dbs.PeriodRow:
+                task: str = "t.a", run_after: datetime | None = None) -> Row:
             if outcome != "emitted":
-                return dbs.PeriodRow(name, when, ids[name], outcome, reason)
-            return dbs.PeriodRow(name, when, ids[name], outcome, reason,
+                return Row(name, when, ids[name], outcome, reason)
+            return Row(name, when, ids[name], outcome, reason,
                                  f"{name}@{when:%Y-%m-%dT%H:%M:%SZ}", task, f'{{"n": "{name}"}}'
                                  if task == "t.b" else "{}", 3, run_after or when, 60.0,
                                  '{"base": 1}', task == "t.b", "o")
@@ -260,8 +255,8 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
                 row("s2", at, task="t.b", run_after=at + timedelta(seconds=7)),
                 row("s3", at, "skipped", "misfire"), row("s4", later, reason="backfill"),
                 row("s5", later, "skipped", "overlap")]
-        batch = dbs.claim_batch(rows)
-        assert len(batch.groups) == 6 and len(batch) == 7
+        grouped = batch(rows)
+        assert len(grouped.groups) == 6 and len(grouped) == 7
         rows.append(row(odd, at)._replace(
             task="t.\\c\td", owner="o\tp\\N", backoff_json='{"base": 2}',
             payload_json=json.dumps({"n": "a\tb\\c\nd \\N \u00e9\r"}, ensure_ascii=False),
@@ -271,7 +266,7 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
             def refuse(*_: object) -> None:
                 raise AssertionError("the claim statement ran for periods nobody had decided")
 
-            monkeypatch.setattr(dbs, "periods_claim_pipelined", refuse)
+            monkeypatch.setattr(periods_claims, "_periods_claim_statement", refuse)
         with conn.transaction():
             claimed = claim(rows, 1)
         monkeypatch.undo()
@@ -304,7 +299,5 @@ def test_a_grouped_claim_writes_each_periods_own_columns(writer: str, monkeypatc
                             ).fetchone() == (len(rows) + 2, 2)
         assert conn.execute("SELECT array_agg(id) FROM outbox WHERE scheduled_for = %s",
                             (latest,)).fetchone()[0] == [again[0][4] or again[1][4]]
-        with pytest.raises(ValueError, match="<schedule>@<instant>"):
-            dbs.claim_batch([rows[0]._replace(key="other")])
     finally:
         conn.close()

@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from claim_rows import Row, batch, flat
 
 import cronkeeper
-from cronkeeper.db import outbox, outbox_endings
+from cronkeeper.db import outbox, outbox_endings, periods_claims
 from cronkeeper.db import outbox_claims as db
-from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.db.wake import wake_channel
 
@@ -118,9 +118,9 @@ def test_the_leaders_claim_and_a_manual_trigger_notify(schema, listener, raw):
     now = datetime.now(UTC).replace(microsecond=0)
     ids = versions_insert(raw, [("tick", "d1", {"task": "t"})], now - timedelta(hours=1), 1)
 
-    def period(at: datetime, outcome: str = "emitted") -> dbs.PeriodRow:
+    def period(at: datetime, outcome: str = "emitted") -> Row:
         emitted = outcome == "emitted"
-        return dbs.PeriodRow(
+        return Row(
             schedule="tick", scheduled_for=at, version_id=ids["tick"], outcome=outcome,
             reason=None if emitted else "misfire", key=f"tick@{at:%Y-%m-%dT%H:%M:%SZ}" if emitted else None,
             task="t" if emitted else None, payload_json="{}" if emitted else None,
@@ -129,20 +129,22 @@ def test_the_leaders_claim_and_a_manual_trigger_notify(schema, listener, raw):
             serial=False if emitted else None, owner=None,
         )
 
+    def statement(rows: list[Row]) -> list[periods_claims.Claim]:
+        return flat(periods_claims._periods_claim_statement(raw, [batch(rows)], 1))
+
     with raw.transaction():
-        claimed = dbs.periods_claim(raw, [period(now - timedelta(minutes=m)) for m in range(3)], 1)
+        claimed = statement([period(now - timedelta(minutes=m)) for m in range(3)])
     assert len(claimed) == 3 and listener() == [channel]
     with raw.transaction():  # the same periods again: no row back, no job, no wake-up
-        assert dbs.periods_claim(raw, [period(now - timedelta(minutes=m)) for m in range(3)], 1) == []
+        assert statement([period(now - timedelta(minutes=m)) for m in range(3)]) == []
     assert listener() == []
     with raw.transaction():  # a period recorded as skipped writes no job
-        assert len(dbs.periods_claim(raw, [period(now - timedelta(minutes=9), "skipped")], 1)) == 1
+        assert len(statement([period(now - timedelta(minutes=9), "skipped")])) == 1
     assert listener() == []
-    # the leader's tick writes by COPY; a conflict falls back to the statement above
-    def copied(rows: list[dbs.PeriodRow]) -> list[dbs.Claim]:
+    # periods_claim writes by COPY; a conflict falls back to the statement above
+    def copied(rows: list[Row]) -> list[periods_claims.Claim]:
         with raw.transaction():
-            return [c for _, got in dbs.periods_claim_copied(raw, [dbs.claim_batch(rows)], 1)
-                    for c in got]
+            return flat(periods_claims.periods_claim(raw, [batch(rows)], 1))
 
     assert len(copied([period(now - timedelta(minutes=m)) for m in range(3, 6)])) == 3
     assert listener() == [channel]
@@ -151,10 +153,13 @@ def test_the_leaders_claim_and_a_manual_trigger_notify(schema, listener, raw):
     assert len(copied([period(now - timedelta(minutes=19), "skipped")])) == 1
     assert listener() == []
     with pytest.raises(RuntimeError), raw.transaction():  # rolled back: no wake-up either
-        dbs.periods_claim_copied(raw, [dbs.claim_batch([period(now - timedelta(minutes=29))])], 1)
+        periods_claims.periods_claim(raw, [batch([period(now - timedelta(minutes=29))])], 1)
         raise RuntimeError("the tick failed after its claims")
     assert listener() == [] and copied([period(now - timedelta(minutes=29))]) != []
     assert listener() == [channel]
     with raw.transaction():
-        dbs.outbox_insert_manual(raw, period(now + timedelta(seconds=1)))
+        manual = period(now + timedelta(seconds=1))
+        outbox.outbox_insert_manual(raw, key=manual.key, schedule="tick",
+                                    scheduled_for=manual.scheduled_for, version_id=ids["tick"],
+                                    run_after=manual.scheduled_for, job=manual.job())
     assert listener() == [channel]

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.periods_claims import JobColumns
 from cronkeeper.db.wake import wake
 
 
@@ -96,6 +97,32 @@ def outbox_unfinished(conn: psycopg.Connection, schedules: Sequence[str]) -> set
         {"s": list(schedules)},
     )
     return {r[0] for r in rows}
+
+
+def outbox_insert_manual(
+    conn: sa.Connection | psycopg.Connection, *, key: str, schedule: str,
+    scheduled_for: datetime, version_id: int, run_after: datetime, job: JobColumns,
+) -> int:
+    """A manual job (``trigger``): an outbox row with no period behind it (its key is
+    ``planning.manual_key``'s, never a period's), waking the workers at commit."""
+    return one_row(driver(conn).execute(
+        f"""
+        WITH ins AS (
+            INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task,
+                                payload, max_attempts, run_after, timeout_seconds, backoff,
+                                serial, owner)
+            VALUES (%(key)s, %(schedule)s, %(at)s, %(version)s, %(task)s, %(payload)s::jsonb,
+                    %(max_attempts)s, %(run_after)s, %(timeout)s, %(backoff)s::jsonb,
+                    %(serial)s, %(owner)s)
+            RETURNING id
+        ), woke AS ({wake("ins")})
+        SELECT id FROM ins, woke
+        """,
+        {"key": key, "schedule": schedule, "at": scheduled_for, "version": version_id,
+         "task": job.task, "payload": job.payload_json, "max_attempts": job.max_attempts,
+         "run_after": run_after, "timeout": job.timeout, "backoff": job.backoff_json,
+         "serial": job.serial, "owner": job.owner},
+    ))[0]
 
 
 _DEAD_LIST = """

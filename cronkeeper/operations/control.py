@@ -1,24 +1,26 @@
 """What an operator does to a schedule: pause, resume, trigger, backfill (the CLI's commands and
 the web's actions). They write through the same statements as the leader; backfill claims
-periods under the same unique constraint, so it never duplicates a period that has an outcome."""
+periods through the leader's one claim path (``periods_claim``), under the same unique
+constraint, so it never duplicates a period that has an outcome."""
 
 from __future__ import annotations
 
 import difflib
 import itertools
-from datetime import datetime
+from datetime import UTC, datetime
 
-from cronkeeper.db import scheduling as dbs
 from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
+from cronkeeper.db.outbox import outbox_insert_manual
 from cronkeeper.db.periods import periods_decided
+from cronkeeper.db.periods_claims import ClaimBatch, periods_claim
 from cronkeeper.db.schedule_controls import controls_set
 from cronkeeper.db.schedule_versions import VersionRow, versions_all, versions_in_force
 from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, UsageError
-from cronkeeper.planning import Decision, Outcome, Reason
+from cronkeeper.planning import Decision, Outcome, Reason, manual_key
 from cronkeeper.schedule.diagnostics import safe
 from cronkeeper.schedule.model import read_stored_version
-from cronkeeper.scheduler import period_row, stored_spec
+from cronkeeper.scheduler import claim_add, job_columns, stored_spec
 
 BACKFILL_LIMIT = 100_000
 OPERATOR_TERM = 0  # periods written by operator commands carry term 0
@@ -56,10 +58,10 @@ def trigger_job(engine: Engine, name: str) -> tuple[int, str]:
         version = live_version(raw, name)
         spec, _ = stored_spec(version)
         now = db_now(raw)
-        row = period_row(spec, version.id, Decision(now, Outcome.EMITTED))
-        key = f"{spec.name}@manual:{now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
-        row = row._replace(key=key, run_after=now)  # PeriodRow is a NamedTuple
-        return dbs.outbox_insert_manual(raw, row), key
+        key = manual_key(spec.name, now)
+        job_id = outbox_insert_manual(raw, key=key, schedule=spec.name, scheduled_for=now,
+                                      version_id=version.id, run_after=now, job=job_columns(spec))
+        return job_id, key
 
 
 def check_window(after: datetime, until: datetime) -> None:
@@ -77,7 +79,8 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
         raw = driver(conn)
         live_version(raw, name)
         until = min(until, db_now(raw))
-        rows = []
+        batch = ClaimBatch()
+        chosen: list[datetime] = []
         versions = versions_all(raw, [name])  # oldest first
         decided = periods_decided(raw, name, after, until)
         for (version_id, _, stored, active_from), following in itertools.zip_longest(
@@ -89,12 +92,16 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
             hi = min(until, following[3]) if following else until
             if hi <= lo:
                 continue
+            periods = []
             for period in trigger.fires(lo, hi):
                 if period not in decided:
-                    rows.append(period_row(spec, version_id,
-                                           Decision(period, Outcome.EMITTED, Reason.BACKFILL)))
-                if len(rows) > BACKFILL_LIMIT:
+                    periods.append(period)
+                if len(chosen) + len(periods) > BACKFILL_LIMIT:
                     raise UsageError(f"more than {BACKFILL_LIMIT} periods: backfill a shorter window")
+            chosen.extend(periods)
+            claim_add(batch, spec, version_id,
+                      (Decision(p, Outcome.EMITTED, Reason.BACKFILL) for p in periods))
         if dry_run:
-            return sorted(r.scheduled_for for r in rows)
-        return sorted(c[1] for c in dbs.periods_claim(raw, rows, OPERATOR_TERM))
+            return sorted(chosen)
+        claimed = periods_claim(raw, [batch], OPERATOR_TERM)
+        return sorted(c[1].astimezone(UTC) for _, got in claimed for c in got)

@@ -497,9 +497,9 @@ def wait_new_leader(conn: psycopg.Connection, cluster: str, after_term: int, tim
 
 def lock_sessions(conn: psycopg.Connection, schema: str, cluster: str) -> dict[str, bool]:
     """{instance_id: granted} for every lock session on the cluster's advisory lock."""
-    from cronkeeper.db.engine import leader_lock_key, lock_key_parts  # noqa: PLC0415
+    from cronkeeper.db.engine import advisory_key_parts, leader_lock_key  # noqa: PLC0415
 
-    classid, objid = lock_key_parts(leader_lock_key(schema, cluster))
+    classid, objid = advisory_key_parts(leader_lock_key(schema, cluster))
     rows = conn.execute(
         """
         SELECT substr(a.application_name, length('cronkeeper-lock:') + 1), l.granted

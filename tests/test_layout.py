@@ -226,3 +226,97 @@ def test_web_and_operations_import_nothing_from_cli():
     }
     assert {k: v for k, v in offenders.items() if v} == {}
     assert len(modules("operations")) >= 7
+
+
+# db/ is sorted by table: a module is named after the table its statements touch (or, split by
+# concern, after the table and the concern: outbox_claims.py), or is one of these.
+DB_OTHER_MODULES = {
+    "__init__": "the package",
+    "engine": "URLs, engines, advisory keys, driver errors",
+    "migrate": "migrations (the schema_migrations table) and the upgrade policy",
+    "tables": "the table definitions",
+    "sessions": "the database's clock, session settings, backend pids, async sessions",
+    "wake": "LISTEN/NOTIFY",
+    "enqueue": "the public enqueue API (outbox rows an application writes)",
+    "prune": "retention, through the prune() function",
+}
+# The noun a table's statements are named by (noun first: outbox_claim, periods_claim).
+DB_NOUNS = {
+    "outbox": ("outbox_",), "periods": ("periods_",), "attempts": ("attempts_",),
+    "schedule_versions": ("versions_",), "schedule_controls": ("controls_",),
+    "instances": ("instances_",), "leadership": ("leadership_", "lock_"),
+    "effects": ("effects_",), "relay_routes": ("relay_routes_",),
+}
+# The private fast paths of db/, each beside the reference a differential test holds it to:
+# nothing outside db/ calls them (tests do, to compare them).
+DB_VARIANTS = ("_periods_claim_copy", "_periods_claim_statement")
+
+
+def _db_table_of(stem: str) -> str | None:
+    """The table a db/ module is named after (``outbox_claims`` -> ``outbox``), or None."""
+    return next((t for t in sorted(DB_NOUNS, key=len, reverse=True)
+                 if stem == t or stem.startswith(t + "_")), None)
+
+
+def _public_functions(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and not n.name.startswith("_")]
+
+
+def test_db_modules_are_named_by_table():
+    from cronkeeper.db.tables import metadata  # noqa: PLC0415
+
+    assert set(DB_NOUNS) | {"schema_migrations"} == set(metadata.tables)
+    stems = sorted(p.stem for p in (PACKAGE / "db").glob("*.py"))
+    assert [s for s in stems if s not in DB_OTHER_MODULES and _db_table_of(s) is None] == []
+
+
+def test_each_db_statement_lives_with_its_table_and_is_named_noun_first():
+    """A function named with a table's noun is defined only in that table's module(s), and a
+    table's module defines only functions named with its noun: no outbox_ statement outside
+    outbox*.py, no stray helper inside it."""
+    misplaced = {}
+    for path in sorted((PACKAGE / "db").glob("*.py")):
+        table = _db_table_of(path.stem)
+        for name in _public_functions(path):
+            owner = next((t for t, nouns in DB_NOUNS.items() if name.startswith(nouns)), None)
+            if owner != table and (owner is not None or table is not None):
+                misplaced[f"{path.stem}.{name}"] = owner
+    assert misplaced == {}
+
+
+def test_each_db_statement_is_written_once():
+    """No SQL text appears twice in db/ (two names for one statement): whitespace aside, every
+    statement literal is unique."""
+    import re  # noqa: PLC0415
+
+    where: dict[str, list[str]] = {}
+    for path in sorted((PACKAGE / "db").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = " ".join(node.value.split())
+                if re.match(r"(SELECT|INSERT|UPDATE|DELETE|WITH|COPY|SET)\b", text):
+                    where.setdefault(text, []).append(f"{path.stem}:{node.lineno}")
+    assert len(where) >= 80
+    assert {text[:60]: at for text, at in where.items() if len(at) > 1} == {}
+
+
+def test_db_fast_paths_are_reached_only_through_their_public_function():
+    """The COPY writer and the reference statement are db/'s own: the tick and backfill call
+    periods_claim; nothing outside db/ (but the tests that compare them) names a variant, nor
+    imports a private name from db/."""
+    root = PACKAGE.parent
+    offenders = []
+    for path in [*PACKAGE.rglob("*.py"), *(root / "benchmarks").rglob("*.py"),
+                 *(root / "scripts").rglob("*.py")]:
+        if path.is_relative_to(PACKAGE / "db"):
+            continue
+        text = path.read_text()
+        offenders += [f"{path.relative_to(root)}: {v}" for v in DB_VARIANTS if v in text]
+        for node in ast.walk(ast.parse(text, filename=str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.module
+                    and node.module.startswith("cronkeeper.db")):
+                offenders += [f"{path.relative_to(root)}: {node.module}.{a.name}"
+                              for a in node.names if a.name.startswith("_")]
+    assert offenders == []

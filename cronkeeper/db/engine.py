@@ -195,7 +195,7 @@ def migration_lock_key(schema: str) -> int:
     return advisory_key(f"cronkeeper-migrate:{schema}")
 
 
-def lock_key_parts(key: int) -> tuple[int, int]:
+def advisory_key_parts(key: int) -> tuple[int, int]:
     """pg_locks shows a bigint advisory key as classid (high 32 bits) and objid (low 32 bits)."""
     unsigned = key & 0xFFFFFFFFFFFFFFFF
     return unsigned >> 32, unsigned & 0xFFFFFFFF

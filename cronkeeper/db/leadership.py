@@ -16,10 +16,10 @@ from sqlalchemy.engine import URL
 from cronkeeper.db.engine import (
     SERVER_KEEPALIVES,
     Connection,
+    advisory_key_parts,
     check_schema_name,
     conninfo,
     driver,
-    lock_key_parts,
     one_row,
 )
 
@@ -58,7 +58,7 @@ def lock_release(conn: psycopg.Connection, key: int) -> None:
 
 def lock_holder_pid(conn: psycopg.Connection | Connection, key: int) -> int | None:
     """The backend that holds advisory lock ``key`` (the leader's session), or None."""
-    classid, objid = lock_key_parts(key)
+    classid, objid = advisory_key_parts(key)
     row = driver(conn).execute(
         """
         SELECT pid FROM pg_locks
@@ -93,7 +93,7 @@ def leadership_confirm(
     """Heartbeat and fence in one statement: succeeds (returning the database's now) only while
     this session still holds the lock and the term is still ours. Run it first in every write
     transaction of the leader."""
-    classid, objid = lock_key_parts(key)
+    classid, objid = advisory_key_parts(key)
     row = conn.execute(
         f"""
         UPDATE leadership SET heartbeat_at = clock_timestamp()
@@ -125,7 +125,7 @@ def leadership_depose_stale(
     holder must also be a backend that already existed when that leader won (``backend_start``
     at or before ``since``); a newer backend that happens to carry the recorded pid is left alone.
     Returns the terminated backend pid, or None."""
-    classid, objid = lock_key_parts(key)
+    classid, objid = advisory_key_parts(key)
     row = conn.execute(
         """
         SELECT l.pid, pg_terminate_backend(l.pid)

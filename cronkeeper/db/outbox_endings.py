@@ -47,8 +47,8 @@ def outbox_complete(
     ``ages``: for each job, how many seconds ago its attempt ended (an ending kept in memory
     while the database was away is recorded with the instant it happened, not the instant the
     database came back); None when they end now (a handler's transaction commits its own)."""
-    params = {"ids": int_array(ids), "attempts": int_array(attempts),
-              "ages": None if ages is None else float_array(ages), "worker": worker_id}
+    params = {"ids": _int_array(ids), "attempts": _int_array(attempts),
+              "ages": None if ages is None else _float_array(ages), "worker": worker_id}
     return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
 
 
@@ -62,14 +62,14 @@ async def outbox_complete_async(
         return [r[0] for r in await cur.fetchall()]
 
 
-def int_array(values: list[int]) -> str:
+def _int_array(values: list[int]) -> str:
     """A PostgreSQL array literal of integers: on the hot path, one ``str.join`` costs a tenth of
     the driver's per-element array adapter."""
     return "{" + ",".join(map(str, map(int, values))) + "}"
 
 
-def float_array(values: list[float]) -> str:
-    """A PostgreSQL array literal of float8, for the same reason as ``int_array``."""
+def _float_array(values: list[float]) -> str:
+    """A PostgreSQL array literal of float8, for the same reason as ``_int_array``."""
     return "{" + ",".join(map(repr, map(float, values))) + "}"
 
 

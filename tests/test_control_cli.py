@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -89,6 +89,25 @@ def test_backfill_emits_only_periods_without_an_outcome_and_never_twice(database
     assert [j[0] for j in jobs] == [p for i, p in enumerate(periods) if i != 2]
     reasons = raw.execute("SELECT reason, count(*) FROM periods GROUP BY 1 ORDER BY 1").fetchall()
     assert reasons == [("backfill", 5), ("misfire", 1)]
+
+
+def test_backfill_and_trigger_state_their_instants_in_utc_whatever_the_sessions_zone(
+        database_url, schema, raw, monkeypatch):
+    """A session in another time zone (PGTZ: libpq sets it at connect) reads instants back in
+    that zone: backfill's list and trigger's key still say UTC, as their ``Z`` claims."""
+    _, now = record_version(raw, SPEC, timedelta(hours=1))
+    monkeypatch.setenv("PGTZ", "Asia/Tokyo")
+    window = ["--from", (now - timedelta(hours=1)).isoformat(), "--to", now.isoformat()]
+    result = invoke(database_url, schema, "backfill", "report", *window, "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["periods"] == [
+        p.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for p in SPEC.trigger().fires(now - timedelta(hours=1), now)]
+    assert invoke(database_url, schema, "trigger", "report").exit_code == 0
+    (key,) = raw.execute(
+        "SELECT idempotency_key FROM outbox WHERE idempotency_key LIKE 'report@manual:%'").fetchone()
+    stamp = datetime.strptime(key.split("@manual:")[1], "%Y-%m-%dT%H:%M:%S.%fZ")
+    assert abs(stamp.replace(tzinfo=UTC) - db_now(raw)) < timedelta(hours=1)  # Tokyo is +9 h
 
 
 def test_backfill_rejects_a_naive_instant(database_url, schema, raw):

@@ -166,8 +166,8 @@ SELECT id FROM replayed, woke
 
 def outbox_dead_replay(conn: sa.Connection, ids: list[int]) -> list[int]:
     """Dead letters back to available, due now, with a fresh attempt budget. ``last_error`` is
-    kept until the next attempt ends; earlier attempts stay in ``attempts`` (numbered on from
-    the highest recorded one, see ``attempts_next_number``)."""
+    kept until the next attempt ends; earlier attempts stay in ``attempts``, renumbered below
+    zero first (``attempts_archive``, in the same transaction) so the fresh ones start at 1."""
     return [r[0] for r in driver(conn).execute(_DEAD_REPLAY, {"ids": ids}).fetchall()]
 
 

@@ -226,7 +226,9 @@ def _periods_claim_copy(
     someone else holds fails the whole COPY with ``UniqueViolation``, undone to the savepoint
     taken here (``periods_claim`` then falls back). Claims come back with their instants as
     planned. ``tests/test_scale.py::test_a_grouped_claim_writes_each_periods_own_columns``
-    holds every row it writes equal to the statement's, COPY's escapes included."""
+    holds every row it writes equal to the statement's, COPY's escapes included. The text is
+    built by hand, each group's share once, rather than by psycopg's ``Copy.write_row``, which
+    doubled the leader's CPU for a burst (docs/performance.md, "COPY text by hand")."""
     texts = _GroupTexts(term)
     escaped: list[list[str]] = []  # each drawn batch's names, escaped for COPY
     with conn.transaction(), conn.cursor() as cur:  # a savepoint: a conflict undoes both

@@ -32,8 +32,8 @@ class Row(NamedTuple):
     def job(self) -> JobColumns | None:
         if self.key is None:
             return None
-        return JobColumns(self.task, self.payload_json, self.max_attempts, self.timeout,  # type: ignore[arg-type]
-                          self.backoff_json, self.serial, self.owner)  # type: ignore[arg-type]
+        return JobColumns(self.task, self.payload_json, self.max_attempts, self.timeout,
+                          self.backoff_json, self.serial, self.owner)
 
 
 def batch(rows: Iterable[Row], after: ClaimBatch | None = None) -> ClaimBatch:

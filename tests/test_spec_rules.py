@@ -177,7 +177,8 @@ def test_neither_task_nor_command(tmp_path):
         ("61 * * * *", "minute field"),
         ("0 0 * * 8", "day-of-week field"),
         ("@reboot", "@reboot"),
-        ("0 0 L * *", "day-of-month field"),
+        ("0 0 L * 5#6", "day-of-week field: '5#6': K in N#K"),
+        ("H(5-3) * * * *", "minute field: range in 'H(5-3)' is reversed"),
         ("* * *", "cron"),
     ],
 )

@@ -90,6 +90,10 @@ def test_window_reaches_back_far_enough_but_not_past_retention():
     ("0 0 * * sun", None, "at 00:00, on Sunday"),
     ("*/10 * * * * *", None, "every 10 seconds"),
     ("@hourly", None, "every hour, at minute 0"),
+    ("0 0 L * *", None, "at 00:00, on the last day of the month"),
+    ("0 0 1,L-3 * *", None, "at 00:00, on day 1 and 3 days before the last day of the month"),
+    ("0 9 * * 5L", None, "at 09:00, on the last Friday of the month"),
+    ("0 9 * * mon#2,FRIL", None, "at 09:00, on the second Monday and the last Friday of the month"),
     (None, 90, "every 90 seconds"),
     (None, 900, "every 15 minutes"),
 ])

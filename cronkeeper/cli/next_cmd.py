@@ -1,7 +1,7 @@
 """`cronkeeper next NAME --schedules DIR`: the next fire instants of one schedule (docs/schedules.md).
 
 Prints each fire local (with its offset) and in UTC, so anyone can check DST behaviour before
-it happens. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.
+it happens; a cron with ``H`` first says what it resolves to for this schedule's name. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.
 Database-free: imports only the spec and timing cores.
 """
 
@@ -18,7 +18,7 @@ from cronkeeper import clock
 from cronkeeper.cli.common import format_option, safe
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.schedule import ScheduleSpec, load_paths
-from cronkeeper.timing import instants, load_zone, make_trigger, parse_instant
+from cronkeeper.timing import instants, load_zone, parse_instant
 
 
 def _after_option(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
@@ -32,7 +32,7 @@ def _after_option(ctx: click.Context, param: click.Parameter, value: str | None)
 
 def next_fires(spec: ScheduleSpec, after: datetime, count: int) -> list[tuple[datetime, datetime]]:
     """(UTC instant, local time in the schedule's zone) of the next ``count`` fires."""
-    trigger = make_trigger(cron=spec.cron, every=spec.every, timezone=spec.timezone)
+    trigger = spec.trigger()
     tz = load_zone(spec.timezone)
     return [(t, t.astimezone(tz)) for t in islice(trigger.fires(after, instants.END), count)]
 
@@ -41,8 +41,18 @@ def utc_text(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def hashed_note(spec: ScheduleSpec) -> str | None:
+    """What a cron's ``H`` resolves to for this schedule, or None when it has none."""
+    resolved = spec.resolved_cron
+    if resolved is None or resolved == spec.cron:
+        return None
+    return f"# cron '{safe(spec.cron)}' is '{safe(resolved)}' for '{safe(spec.name)}' (H hashes the name)"
+
+
 def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]], count: int) -> str:
-    lines = [
+    note = hashed_note(spec)
+    lines = [note] if note else []
+    lines += [
         f"{local.isoformat()}  {safe(local.tzname())}  {utc_text(utc)}" for utc, local in fires
     ]
     if len(fires) < count:
@@ -54,14 +64,14 @@ def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]], cou
 
 
 def render_json(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]]) -> str:
-    return json.dumps(
-        {
-            "schedule": spec.name,
-            "timezone": spec.timezone,
-            "fires": [{"utc": utc_text(utc), "local": local.isoformat()} for utc, local in fires],
-        },
-        indent=2,
-    )
+    document: dict[str, object] = {
+        "schedule": spec.name,
+        "timezone": spec.timezone,
+        "fires": [{"utc": utc_text(utc), "local": local.isoformat()} for utc, local in fires],
+    }
+    if spec.resolved_cron != spec.cron:  # H: say what it resolved to
+        document["cron"], document["resolved_cron"] = spec.cron, spec.resolved_cron
+    return json.dumps(document, indent=2)
 
 
 @click.command("next")

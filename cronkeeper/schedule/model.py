@@ -13,7 +13,7 @@ from typing import Any, overload
 
 from cronkeeper import backoff as backoff_defaults
 from cronkeeper.errors import UnreadableVersion
-from cronkeeper.timing import Trigger, make_trigger
+from cronkeeper.timing import Trigger, make_trigger, resolve
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,127}"
 
@@ -202,9 +202,17 @@ class ScheduleSpec:
             _json(self.timezone),
         )  # fmt: skip
 
+    @property
+    def resolved_cron(self) -> str | None:
+        """The cron with its ``H`` resolved for this schedule's name (``H 6 * * *`` ->
+        ``37 6 * * *``): what it means, for people reading it. None for ``every``."""
+        return resolve(self.cron, self.name) if self.cron is not None else None
+
     def trigger(self) -> Trigger:
-        """When this schedule fires (the one place a spec becomes a trigger)."""
-        return make_trigger(cron=self.cron, every=self.every, timezone=self.timezone)
+        """When this schedule fires (the one place a spec becomes a trigger; the name is what
+        a cron's ``H`` hashes)."""
+        return make_trigger(cron=self.cron, every=self.every, timezone=self.timezone,
+                            name=self.name)
 
 
 def read_stored_version(schedule: str, version_id: int, data: Any) -> tuple[ScheduleSpec, Trigger]:

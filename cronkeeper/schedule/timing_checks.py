@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 from datetime import datetime, timedelta
+from typing import Any
 
 from cronkeeper.schedule import values as v
 from cronkeeper.timing import (
@@ -18,6 +19,8 @@ from cronkeeper.timing import (
     load_zone,
     make_trigger,
     parse_cron,
+    resolve,
+    uses_hash,
     zones,
 )
 
@@ -27,16 +30,39 @@ INTERVAL_FIRES = 8
 INTERVAL_HORIZON = timedelta(days=4 * 366)
 
 
+def cron_check(expr: str, name: str) -> tuple[str | None, tuple[str, ...], str]:
+    """(the error of the cron expression of schedule ``name``, or None; its warnings; the
+    expression with its ``H`` resolved for the name, which every later check reads)."""
+    if not uses_hash(expr):
+        return (*_cron_check(expr, v.shown(expr)), expr)
+    try:
+        resolved = resolve(expr, name)
+    except TimingError as exc:
+        return f"cron {v.shown(expr)}: {exc}", (), expr
+    return (*_cron_check(resolved, f"{v.shown(expr)} (for this schedule: {v.shown(resolved)})"),
+            resolved)  # fmt: skip
+
+
+def hashed_cron(name: str, cron: Any) -> str | bool | None:
+    """A cron's H resolved for the name: the text; None when it has no H (the table's text
+    is then all its findings depend on); False when its H is malformed (an error)."""
+    if type(cron) is not str or not uses_hash(cron):
+        return None
+    try:
+        return resolve(cron, name)
+    except TimingError:
+        return False
+
+
 @functools.lru_cache(maxsize=1 << 17)  # generated sets hold tens of thousands of distinct crons
-def cron_check(expr: str) -> tuple[str | None, tuple[str, ...]]:
-    """(the error of a cron expression, or None; its warnings)."""
+def _cron_check(expr: str, shown: str) -> tuple[str | None, tuple[str, ...]]:
     try:
         parsed = parse_cron(expr)
     except TimingError as exc:
-        return f"cron {v.shown(expr)}: {exc}", ()
+        return f"cron {shown}: {exc}", ()
     if parsed.never_fires():
-        return f"cron {v.shown(expr)} can never fire (no date matches it)", ()
-    return None, tuple(f"cron {v.shown(expr)}: {message}" for message in parsed.warnings)
+        return f"cron {shown} can never fire (no date matches it)", ()
+    return None, tuple(f"cron {shown}: {message}" for message in parsed.warnings)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -53,7 +79,8 @@ def zone_check(name: str) -> tuple[str | None, str | None]:
 def dst_warnings(
     cron: str | None, every: float | None, timezone: str, now: datetime
 ) -> tuple[str, ...]:
-    """What DST does to a fixed-time cron in the coming year (nothing for ``every``)."""
+    """What DST does to a fixed-time cron in the coming year (nothing for ``every``); a cron
+    with ``H`` is given resolved (:func:`cron_check`), its hashed times being fixed ones."""
     if cron is None:
         return ()
     try:

@@ -73,7 +73,8 @@ Finding = tuple[tuple[str, ...], str, Severity]
 
 class Memo:
     """What :func:`check_schedule` remembers of valid tables, for one ``now`` (a load): by the
-    table's text without ``task`` and ``description``, its spec (those two and the name to
+    table's text without ``task`` and ``description`` (and its cron's ``H`` resolved for the
+    name: ``H 6 * * *`` findings depend on the minute it gives), its spec (those two and the name to
     replace) and its findings (warnings). A script that generates schedules mostly varies only
     those; where it varies more (each table its own cron and payload), looking costs more than
     it saves, so after :attr:`TRIAL` tables with too few hits the memo stops looking."""
@@ -84,7 +85,8 @@ class Memo:
     __slots__ = ("hits", "tables", "tries")
 
     def __init__(self) -> None:
-        self.tables: dict[tuple[str, bool, bool], tuple[ScheduleSpec | None, tuple[Finding, ...]]]
+        self.tables: dict[tuple[str, bool, bool, str | bool | None],
+                          tuple[ScheduleSpec | None, tuple[Finding, ...]]]
         self.tables = {}
         self.tries = 0
         self.hits = 0
@@ -149,10 +151,12 @@ def _check_schedule(
     else:
         task = table.get("task")
         description = table.get("description")
+        hashed = timing.hashed_cron(name, table.get("cron"))
         if (
             v.name_problem(name) is not None
             or (task is not None and v.task_problem(task) is not None)
             or (description is not None and type(description) is not str)
+            or hashed is False
         ):
             spec, findings = _check(name, table, now, file, line_of, spec_needed)[1:]  # errors
         else:
@@ -161,7 +165,8 @@ def _check_schedule(
             rest.pop("description", None)
             # repr tells 1 from 1.0 from true from "1", and holds nested values: equal texts,
             # equal tables (key order included)
-            key = (repr(rest), task is not None, description is not None)
+            # and a cron's H resolved for the name: what the findings then depend on
+            key = (repr(rest), task is not None, description is not None, hashed)
             memo.tries += 1
             found = memo.tables.get(key)
             if found is None:
@@ -241,11 +246,12 @@ def _check(
     elif cron is None and every_raw is None:
         err("neither 'cron' nor 'every' is set: say when the schedule fires")
     cron_ok = False
+    resolved = cron  # the cron with its H resolved for this name, once it is a valid string
     if cron is not None:
         problem = v.string("cron", cron)
         warnings: tuple[str, ...] = ()
         if problem is None:
-            problem, warnings = timing.cron_check(cron)
+            problem, warnings, resolved = timing.cron_check(cron, name)
         if problem is not None:
             err(problem, "cron")
         else:
@@ -359,11 +365,11 @@ def _check(
 
     # -- timing warnings, once what they need is valid --------------------------------------------
     if zone_ok and (cron_ok or every is not None) and not (cron_ok and every is not None):
-        when = cron if cron_ok else None
+        when = resolved if cron_ok else None
         for message in timing.dst_warnings(when, every, timezone, now):
             warn(message, "cron")
-        if overlap is Overlap.ALLOW and (every is not None or timeout > timing.gap_floor(cron)):
-            interval = every if every is not None else timing.shortest_gap(cron, now)
+        if overlap is Overlap.ALLOW and (every is not None or timeout > timing.gap_floor(resolved)):
+            interval = every if every is not None else timing.shortest_gap(resolved, now)
             if interval is not None and timeout > interval:
                 what, key = (
                     (f"'timeout' ({v.shown(table['timeout'])})", "timeout")

@@ -1,4 +1,5 @@
-"""The cron grammar, as cronie reads it, into a frozen :class:`CronExpr`.
+"""The cron grammar, as cronie reads it, with cronkeeper's ``H``, ``L`` and ``#``, into a frozen
+:class:`CronExpr`.
 
 Accepted: 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading seconds
 field; ``*``, numbers, names (``jan``-``dec``, ``sun``-``sat``, any case), ranges ``a-b``, steps
@@ -6,14 +7,24 @@ field; ``*``, numbers, names (``jan``-``dec``, ``sun``-``sat``, any case), range
 Sunday 0 (``fri-sun``, as cronie). Macros: ``@hourly``, ``@daily`` and ``@midnight`` (cronie's
 alias), ``@weekly``, ``@monthly``, ``@yearly``, ``@annually``.
 
+Extensions (docs/schedules.md), each a whole list item, letters in any case:
+
+- ``H``, ``H(a-b)``, ``H/n``, ``H(a-b)/n`` in any field: a value fixed by a hash of the schedule's
+  name. :mod:`cronkeeper.timing.hashed` rewrites them into plain values first, so the expression
+  parsed here (``CronExpr.source``) is the resolved one; without a name, ``H`` is an error;
+- day-of-month ``L`` (the month's last day) and ``L-N`` (N days before it, N at most 30);
+- day-of-week ``NL`` (``5L``, ``friL``: the month's last Friday) and ``N#K`` (``1#2``,
+  ``mon#2``: its second Monday; K from 1 to 5).
+
 Refused, with a message naming the field: ``a/n`` (cronie refuses it too: write ``a-59/n``),
-``@reboot``, Quartz's ``L W # ?``, cronie's random ``~``, reversed ranges, zero steps, values out of
-range, empty items, and any character outside ASCII (Arabic-Indic or fullwidth digits, no-break
-spaces, fullwidth commas). Numbers are bounded before conversion: no field holds more than 60
-values, so a number of more than :data:`MAX_DIGITS` digits is refused as such (``int()`` itself
-refuses strings past 4,300 digits), and so is a step larger than any field (over 60). A step
-that cannot step within its range (``*/61`` is an error already; ``*/60`` in minutes, ``*/24`` in
-hours, ``0-10/15``: one value fires) is a warning in :attr:`CronExpr.warnings`.
+``@reboot``, Quartz's ``W`` and ``?``, ``L`` and ``#`` outside their fields, cronie's random ``~``,
+reversed ranges, zero steps, values out of range, empty items, and any character outside ASCII
+(Arabic-Indic or fullwidth digits, no-break spaces, fullwidth commas). Numbers are bounded before
+conversion: no field holds more than 60 values, so a number of more than
+:data:`~cronkeeper.timing.fields.MAX_DIGITS` digits is refused as such (``int()`` itself refuses
+strings past 4,300 digits), and so is a step larger than any field (over 60). A step that cannot
+step within its range (``*/61`` is an error already; ``*/60`` in minutes, ``*/24`` in hours,
+``0-10/15``: one value fires) is a warning in :attr:`CronExpr.warnings`.
 """
 
 from __future__ import annotations
@@ -23,7 +34,10 @@ import functools
 import re
 from dataclasses import dataclass
 
+from cronkeeper.timing import fields as f
+from cronkeeper.timing import hashed
 from cronkeeper.timing.errors import TimingError
+from cronkeeper.timing.fields import DOM, DOW, FieldSpec
 
 MACROS = {
     "@hourly": "0 * * * *",
@@ -34,30 +48,20 @@ MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-# name, low, high, names (value of names[i] is i + low)
-FieldSpec = tuple[str, int, int, tuple[str, ...]]
-_SECOND: FieldSpec = ("second", 0, 59, ())
-_FIELDS5: tuple[FieldSpec, ...] = (
-    ("minute", 0, 59, ()),
-    ("hour", 0, 23, ()),
-    ("day-of-month", 1, 31, ()),
-    ("month", 1, 12, MONTHS),
-    ("day-of-week", 0, 7, DAYS),
-)
-_NUMBER = re.compile(r"[0-9]+")
-MAX_DIGITS = 4  # no field value or useful step is past 60; 4 digits keep the message exact
-MAX_STEP = 60  # the most values any field has (seconds, minutes)
-_QUARTZ = re.compile(r"(?i)[0-9]*L(-[0-9]+)?|[0-9]*W|LW|.*#.*|\?")
 # Longest day of each month in any year (February 29 in leap years).
 MAX_DOM = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
-_SEPARATORS = re.compile(r"[ \t]+")
+MAX_LAST_OFFSET = 30  # L-30 is day 1 of a 31-day month
+MAX_WEEK = 5  # N#5: the fifth, in months that have one
+_LAST_DAY = re.compile(r"[Ll](?:-(?P<offset>.*))?")
+# A day field's items beyond plain values: ("L", offset) in day-of-month; ("L", weekday) and
+# ("#", weekday, week) in day-of-week.
+Special = tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class CronExpr:
-    """A parsed cron expression: the sorted values of each field, and cronie's ``*`` flags."""
+    """A parsed cron expression: the sorted values of each field, the day fields' ``L`` and
+    ``#`` items, and cronie's ``*`` flags."""
 
     source: str
     seconds: tuple[int, ...]
@@ -73,6 +77,9 @@ class CronExpr:
     has_seconds: bool = False
     # Legal but probably not meant: a step that can never step (``*/60`` in minutes).
     warnings: tuple[str, ...] = ()
+    last_days: tuple[int, ...] = ()  # day-of-month L-N: each N (L is 0)
+    last_weekdays: tuple[int, ...] = ()  # day-of-week NL: each weekday N (0 = Sunday)
+    nth_weekdays: tuple[tuple[int, int], ...] = ()  # day-of-week N#K: (weekday N, week K)
 
     def __hash__(self) -> int:
         """The source text's hash (cached by ``str``): equal expressions share their source, and
@@ -90,83 +97,117 @@ class CronExpr:
         return not (self.dom_star or self.dow_star)
 
     def never_fires(self) -> bool:
-        """True if no date of any year matches (``0 0 30 2 *``, ``0 0 31 4,6 *``)."""
-        if self.day_or:  # the day-of-week part alone matches some day of every month
+        """True if no date of any year matches (``0 0 30 2 *``, ``0 0 31 4,6 *``, ``0 0 L-29 2
+        *``). The day-of-week part matches some day of every month shape that recurs: a weekday,
+        the last of one, and the fifth of one (a 29-day February starting on it, every 28 years)."""
+        if self.day_or:
             return False
-        return not any(d <= MAX_DOM[m] for m in self.months for d in self.days)
+        return not any(
+            any(d <= MAX_DOM[m] for d in self.days) or any(n < MAX_DOM[m] for n in self.last_days)
+            for m in self.months
+        )
+
+    def month_days(self, first_weekday: int, length: int) -> tuple[int, ...]:
+        """The days of a month of this shape that fire: ``first_weekday`` is day 1's weekday
+        (0 = Sunday), ``length`` its number of days. A pure function of the shape (there are
+        14), which the triggers share per expression."""
+        doms = {d for d in self.days if d <= length}
+        doms.update(length - n for n in self.last_days if n < length)
+        dows, last, nth = set(self.weekdays), set(self.last_weekdays), set(self.nth_weekdays)
+
+        def dow_match(day: int) -> bool:
+            weekday = (first_weekday + day - 1) % 7
+            return (weekday in dows or (weekday in last and day + 7 > length)
+                    or (weekday, (day + 6) // 7) in nth)  # fmt: skip
+
+        if self.day_or:
+            return tuple(d for d in range(1, length + 1) if d in doms or dow_match(d))
+        return tuple(d for d in range(1, length + 1) if d in doms and dow_match(d))
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        """Which of cronkeeper's ``L`` and ``#`` the expression uses (``H`` is resolved before
+        parsing; :func:`hashed.uses_hash` tells it): what a plain crontab line may not hold."""
+        used = []
+        if self.last_days or self.last_weekdays:
+            used.append("L")
+        if self.nth_weekdays:
+            used.append("#")
+        return tuple(used)
 
 
-def _fail(field: str, message: str) -> TimingError:
-    return TimingError(f"{field} field: {message}")
+def _last_day(item: str) -> Special:
+    """Day-of-month ``L`` or ``L-N``: ("L", N)."""
+    match = _LAST_DAY.fullmatch(item)
+    if match is None:
+        if "w" in item.lower():
+            raise f.fail(DOM, f"{item!r}: Quartz's W (the nearest weekday) is not supported")
+        raise f.fail(DOM, f"{item!r}: L stands alone in day-of-month: L (the last day) or L-N "
+                          "(N days before it), in a list with other days if need be (1,L)")  # fmt: skip
+    text = match.group("offset")
+    if text is None:
+        return (0,)
+    if not f.NUMBER.fullmatch(text):
+        raise f.fail(DOM, f"{item!r}: N in L-N must be a number of days (L-3)")
+    offset = f.number(text, DOM, "value")
+    if offset > MAX_LAST_OFFSET:
+        raise f.fail(DOM, f"{item!r}: N in L-N is at most {MAX_LAST_OFFSET} (L-{MAX_LAST_OFFSET}: "
+                          "day 1 of a 31-day month)")  # fmt: skip
+    return (offset,)
 
 
-def _number(token: str, field: str, what: str) -> int:
-    """``int(token)`` for a string of ASCII digits, its length bounded first."""
-    if len(token) > MAX_DIGITS:
-        shown = token if len(token) <= 12 else f"{token[:6]}...({len(token)} digits)"
-        raise _fail(field, f"{what} {shown} is too large: no cron field goes past {MAX_STEP}")
-    return int(token)
+def _weekday(text: str, item: str, spec: FieldSpec) -> int:
+    if text == "" or any(c in text for c in "*-/,"):
+        raise f.fail(DOW, f"{item!r}: L and # follow one weekday, a number 0-7 or a name "
+                          "(5L, friL, 1#2, mon#2)")  # fmt: skip
+    return f.value(text, spec) % 7
 
 
-def _value(token: str, field: str, low: int, high: int, names: tuple[str, ...]) -> int:
-    if _NUMBER.fullmatch(token):
-        value = _number(token, field, "value")
-    elif token.lower() in names:
-        value = names.index(token.lower()) + low
-    elif token == "":
-        raise _fail(field, "a number is missing")
-    elif _QUARTZ.fullmatch(token):
-        raise _fail(field, f"{token!r} is Quartz syntax, which cron does not support")
-    elif names:
-        close = difflib.get_close_matches(token.lower(), names, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f" (expected {names[0]}-{names[-1]})"
-        raise _fail(field, f"unknown name {token!r}{hint}")
-    else:
-        raise _fail(field, f"{token!r} is not a number")
-    if not low <= value <= high:
-        raise _fail(field, f"{value} is out of range {low}-{high}")
-    return value
+def _weekday_special(item: str, spec: FieldSpec) -> Special:
+    """Day-of-week ``NL``: (weekday,); ``N#K``: (weekday, K)."""
+    day, hash_mark, week = item.partition("#")
+    if hash_mark:
+        if not f.NUMBER.fullmatch(week) or not 1 <= f.number(week, DOW, "value") <= MAX_WEEK:
+            raise f.fail(DOW, f"{item!r}: K in N#K is the week of the month, 1 to {MAX_WEEK}")
+        return (_weekday(day, item, spec), int(week))
+    if item[-1:] not in ("L", "l"):
+        raise f.fail(DOW, f"{item!r}: in day-of-week, L follows a weekday: 5L or friL (the "
+                          "month's last Friday)")  # fmt: skip
+    if len(item) == 1:
+        raise f.fail(DOW, "'L' alone: in day-of-week write NL (5L: the last Friday); the last "
+                          "day of the month is L in day-of-month")  # fmt: skip
+    return (_weekday(item[:-1], item, spec),)
 
 
-def _parse_item(
-    item: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
-) -> range:
-    field, low, high, names = spec
+def _parse_item(item: str, spec: FieldSpec, warnings: list[str]) -> range | Special:
+    field, low, high, _ = spec
     if item == "":
-        raise _fail(field, "empty list item")
-    for bad in "~#?":
+        raise f.fail(field, "empty list item")
+    for bad in "~?":
         if bad in item:
-            what = "cronie's random '~'" if bad == "~" else f"Quartz's {bad!r}"
-            raise _fail(field, f"{item!r}: {what} is not supported")
+            what = "cronie's random '~'" if bad == "~" else "Quartz's '?'"
+            raise f.fail(field, f"{item!r}: {what} is not supported")
+    if field == DOM and ("L" in item or "l" in item):
+        return _last_day(item)
+    if field == DOW and ("#" in item or "L" in item or "l" in item):
+        return _weekday_special(item, spec)
     body, slash, step_text = item.partition("/")
-    step = 1
-    if slash:
-        if not _NUMBER.fullmatch(step_text):
-            raise _fail(field, f"step {step_text!r} in {item!r} is not a number")
-        step = _number(step_text, field, "step")
-        if step == 0:
-            raise _fail(field, f"step in {item!r} is zero")
-        if step > MAX_STEP:
-            raise _fail(
-                field, f"step {step} in {item!r} is larger than any cron field ({low}-{high} here)"
-            )
+    step = f.step(step_text, item, spec) if slash else 1
     if body == "*":
         return _stepped(item, range(low, high + 1, step), field, warnings)
     first, dash, last = body.partition("-")
-    start = _value(first, field, low, high, names)
+    start = f.value(first, spec)
     if not dash:
         if slash:
-            raise _fail(
+            raise f.fail(
                 field,
                 f"{item!r}: a step needs a range or '*' (cron refuses 'a/n'; "
                 f"write {first}-{high}/{step_text})",
             )
         return range(start, start + 1)
-    end = _value(last, field, low, high, names)
-    if field == "day-of-week" and end == 0 and start > 0:
-        end = 7  # cronie: 'fri-sun' is 5-7
+    end = f.range_end(spec, start, f.value(last, spec))
     if start > end:
-        raise _fail(field, f"range {item!r} is reversed ({start} > {end})")
+        raise f.fail(field, f"range {item!r} is reversed ({start} > {end})")
     if not slash:
         return range(start, end + 1)
     return _stepped(item, range(start, end + 1, step), field, warnings)
@@ -183,69 +224,42 @@ def _stepped(item: str, values: range, field: str, warnings: list[str]) -> range
     return values
 
 
-def _parse_field(
-    text: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
-) -> tuple[int, ...]:
-    values: set[int] = set()
-    for item in text.split(","):
-        values.update(_parse_item(item, spec, warnings))
-    if spec[0] == "day-of-week" and 7 in values:
-        values.discard(7)
-        values.add(0)
-    return tuple(sorted(values))
-
-
-def _field(
-    text: str, spec: tuple[str, int, int, tuple[str, ...]], warnings: list[str]
-) -> tuple[int, ...]:
-    """``_parse_field``, once per distinct field: tens of thousands of distinct expressions are
-    made of a few hundred distinct fields (``*``, ``30``, ``1-5``)."""
-    values, found = _field_cached(text, spec)
-    warnings.extend(found)
-    return values
+# A field's plain values, its L/# items, and its warnings.
+_Parsed = tuple[tuple[int, ...], tuple[Special, ...], tuple[str, ...]]
 
 
 @functools.lru_cache(maxsize=8192)
-def _field_cached(
-    text: str, spec: tuple[str, int, int, tuple[str, ...]]
-) -> tuple[tuple[int, ...], tuple[str, ...]]:
+def _field(text: str, spec: FieldSpec) -> _Parsed:
+    """One field, once per distinct text: tens of thousands of distinct expressions are made
+    of a few hundred distinct fields (``*``, ``30``, ``1-5``)."""
     warnings: list[str] = []
-    return _parse_field(text, spec, warnings), tuple(warnings)
+    values: set[int] = set()
+    specials: set[Special] = set()
+    for item in text.split(","):
+        found = _parse_item(item, spec, warnings)
+        if isinstance(found, range):
+            values.update(found)
+        else:
+            specials.add(found)
+    if spec[0] == DOW and 7 in values:
+        values.discard(7)
+        values.add(0)
+    return tuple(sorted(values)), tuple(sorted(specials)), tuple(warnings)
 
 
-def _check_characters(expr: str) -> None:
-    if expr.isascii() and expr.isprintable():  # the usual case: nothing to look for
-        return
-    for position, ch in enumerate(expr):
-        if not ch.isascii() or (not ch.isprintable() and ch != "\t"):
-            tokens = _SEPARATORS.split(expr[:position].lstrip(" \t"))
-            count = len(_SEPARATORS.split(expr.strip(" \t")))
-            names = _field_names(count)
-            where = f"{names[len(tokens) - 1]} field" if names else "cron expression"
-            raise TimingError(
-                f"{where}: character {ch!r} (U+{ord(ch):04X}) is not allowed; "
-                "use ASCII digits, names and , - / *"
-            )
-
-
-def _field_names(count: int) -> tuple[str, ...]:
-    if count == 5:
-        return tuple(f[0] for f in _FIELDS5)
-    if count == 6:
-        return (_SECOND[0],) + tuple(f[0] for f in _FIELDS5)
-    return ()
-
-
-def parse_cron(expr: str) -> CronExpr:
-    """Parse ``expr``; TimingError with a message that names the field at fault."""
+def parse_cron(expr: str, name: str | None = None) -> CronExpr:
+    """Parse ``expr`` for the schedule ``name`` (needed by ``H`` only); TimingError with a
+    message that names the field at fault."""
     if not isinstance(expr, str):
         raise TimingError(f"cron expression must be a string, not {type(expr).__name__}")
+    if hashed.uses_hash(expr):
+        expr = hashed.resolve(expr, name)
     return _parse(expr)
 
 
 @functools.lru_cache(maxsize=32768)  # one CronExpr per distinct expression (triggers share it)
 def _parse(expr: str) -> CronExpr:
-    _check_characters(expr)
+    f.check_characters(expr)
     text = expr.strip(" \t")
     if text == "":
         raise TimingError("cron expression is empty")
@@ -257,24 +271,21 @@ def _parse(expr: str) -> CronExpr:
             hint = f"; did you mean {close[0]}?" if close else f" (expected {', '.join(MACROS)})"
             raise TimingError(f"unknown macro {text!r}{hint}")
         text = MACROS[text]
-    fields = _SEPARATORS.split(text)
-    warnings: list[str] = []
-    specs: tuple[FieldSpec, ...]
-    if len(fields) == 6:
-        specs = (_SECOND, *_FIELDS5)
-        seconds = _field(fields[0], _SECOND, warnings)
-        fields = fields[1:]
-    elif len(fields) == 5:
-        specs = _FIELDS5
-        seconds = (0,)
-    else:
+    words = f.SEPARATORS.split(text)
+    if len(words) not in (5, 6):
         raise TimingError(
-            f"cron expression has {len(fields)} field{'s' if len(fields) != 1 else ''}; expected 5 "
+            f"cron expression has {len(words)} field{'s' if len(words) != 1 else ''}; expected 5 "
             "(minute hour day-of-month month day-of-week) or 6 (a leading seconds field, then those)"
         )
-    minute, hour, dom, month, dow = (
-        _field(f, spec, warnings) for f, spec in zip(fields, specs[-5:], strict=True)
-    )
+    if hashed.uses_hash(text):  # reached without a name (or a bad H): resolve says which
+        hashed.resolve(text, None)
+    specs = f.FIELDS6 if len(words) == 6 else f.FIELDS5
+    parsed = [_field(word, spec) for word, spec in zip(words, specs, strict=True)]
+    if len(words) == 5:
+        parsed.insert(0, ((0,), (), ()))
+        words.insert(0, "0")
+    (seconds, _, w0), (minute, _, w1), (hour, _, w2), (dom, dom_l, w3), (month, _, w4), (
+        dow, dow_specials, w5) = parsed  # fmt: skip
     return CronExpr(
         source=expr,
         seconds=seconds,
@@ -283,10 +294,13 @@ def _parse(expr: str) -> CronExpr:
         days=dom,
         months=month,
         weekdays=dow,
-        minute_star=fields[0].startswith("*"),
-        hour_star=fields[1].startswith("*"),
-        dom_star=fields[2].startswith("*"),
-        dow_star=fields[4].startswith("*"),
+        minute_star=words[1].startswith("*"),
+        hour_star=words[2].startswith("*"),
+        dom_star=words[3].startswith("*"),
+        dow_star=words[5].startswith("*"),
         has_seconds=len(specs) == 6,
-        warnings=tuple(warnings),
+        warnings=w0 + w1 + w2 + w3 + w4 + w5,
+        last_days=tuple(sorted(s[0] for s in dom_l)),
+        last_weekdays=tuple(sorted(s[0] for s in dow_specials if len(s) == 1)),
+        nth_weekdays=tuple(sorted((s[0], s[1]) for s in dow_specials if len(s) == 2)),
     )

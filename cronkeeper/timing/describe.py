@@ -1,6 +1,8 @@
 """A cron expression or an ``every`` interval in plain words, for people reading a dashboard:
-``30 4 * * 1-5`` -> "at 04:30, Monday to Friday". Pure. The expression has been validated
-already; anything this does not know how to say reads field by field, never wrongly."""
+``30 4 * * 1-5`` -> "at 04:30, Monday to Friday", ``0 9 * * 5L`` -> "at 09:00, on the last
+Friday of the month". Pure. The expression has been validated already, and its ``H`` resolved
+for the schedule (``ScheduleSpec.resolved_cron``); anything this does not know how to say reads
+field by field, never wrongly."""
 
 from __future__ import annotations
 
@@ -50,6 +52,43 @@ def _list(field: str, names: dict[str, int], word) -> str | None:
     return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
 
 
+ORDINALS = ["", "first", "second", "third", "fourth", "fifth"]
+
+
+def _specials(field: str, word) -> str | None:
+    """A list holding ``L`` or ``#`` items (and single values), in words; None otherwise."""
+    parts = [word(item) for item in field.split(",")]
+    if None in parts or not any("last" in p or "#" in i for p, i in zip(parts, field.split(","),
+                                                                        strict=True)):
+        return None
+    return ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1]
+
+
+def _last_day(item: str) -> str | None:
+    """A day-of-month item: ``L``, ``L-3`` or a day number."""
+    low = item.lower()
+    if low == "l":
+        return "the last day"
+    if low.startswith("l-") and low[2:].isdigit():
+        n = int(low[2:])
+        return f"{n} day{'s' if n != 1 else ''} before the last day"
+    return f"day {int(low)}" if low.isdigit() else None
+
+
+def _weekday_item(item: str) -> str | None:
+    """A day-of-week item: ``5L``, ``friL``, ``1#2``, ``mon#2`` or one weekday."""
+    low = item.lower()
+    day, mark, week = low.partition("#")
+    if not mark and low.endswith("l"):
+        day = low[:-1]
+    n = _value(day, DAY_NAMES)
+    if n is None or n > 7:
+        return None
+    if mark:
+        return f"the {ORDINALS[int(week)]} {DAYS[n]}" if week.isdigit() and 1 <= int(week) <= 5 else None
+    return f"the last {DAYS[n]}" if low.endswith("l") else DAYS[n]
+
+
 def _step(field: str, unit: str) -> str | None:
     if field.startswith("*/") and field[2:].isdigit():
         n = int(field[2:])
@@ -70,10 +109,13 @@ def describe_cron(expr: str) -> str:
     days = []
     if dom != "*":
         d = _step(dom, "day") or _list(dom, {}, str)
-        days.append(f"on day {d} of the month" if d and not d.startswith("every") else d or dom)
+        last = None if d else _specials(dom, _last_day)
+        days.append(f"on day {d} of the month" if d and not d.startswith("every")
+                    else d or (f"on {last} of the month" if last else dom))  # fmt: skip
     if dow != "*":
         d = _list(dow, DAY_NAMES, lambda i: DAYS[i % 8])
-        days.append(("on " + d) if d else f"on weekdays {dow}")
+        last = None if d else _specials(dow, _weekday_item)
+        days.append(("on " + d) if d else f"on {last} of the month" if last else f"on weekdays {dow}")
     day_text = " or ".join(days) if days else ("every day" if hour.isdigit() else "")
     if month != "*":
         m = _list(month, MONTH_NAMES, lambda i: MONTHS[i] if 0 < i < 13 else str(i))

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from cronkeeper.timing import zones
+from cronkeeper.timing import hashed, zones
 from cronkeeper.timing.cron import CronExpr, parse_cron
 from cronkeeper.timing.errors import TimingError
 
@@ -132,19 +132,18 @@ def _times_of_day(expr: CronExpr) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=32768)  # 14 month shapes per distinct expression, a few hundred B each
 def _month_days(expr: CronExpr, first_weekday: int, length: int) -> tuple[int, ...]:
-    """The days of a month of this shape (weekday of day 1, Monday = 0; length) that fire."""
-    doms, dows = set(expr.days), set(expr.weekdays)
-    sunday_based = (first_weekday + 1) % 7  # cron weekday of day 1 (0 = Sunday)
-    if expr.day_or:
-        return tuple(d for d in range(1, length + 1)
-                     if d in doms or (sunday_based + d - 1) % 7 in dows)
-    return tuple(d for d in range(1, length + 1)
-                 if d in doms and (sunday_based + d - 1) % 7 in dows)
+    """The days of a month of this shape (weekday of day 1, Monday = 0, as ``calendar``; length)
+    that fire, ``L`` and ``#`` included (:meth:`CronExpr.month_days`)."""
+    return expr.month_days((first_weekday + 1) % 7, length)
 
 
 @dataclass(frozen=True, slots=True)
 class CronTrigger(Trigger):
     """A cron expression in a zone, with cronie's DST rules (see the module docstring).
+
+    Which days of a month fire is one function of the month's shape (``_month_days``); the one
+    place a per-date rule (a calendar's excluded dates) would filter is the day loop of
+    :meth:`local_matches`, before any time of the day is looked at.
 
     Holds no tables of its own: those are shared per expression (``_times_of_day``,
     ``_month_days``), so 100,000 schedules cost 100,000 small objects, not 100,000 tables."""
@@ -235,12 +234,18 @@ class CronTrigger(Trigger):
                 yield chunk
 
 
-def make_trigger(*, cron: str | None, every: float | None, timezone: str) -> Trigger:
-    """The trigger of one schedule: exactly one of ``cron`` and ``every`` (seconds).
+def make_trigger(
+    *, cron: str | None, every: float | None, timezone: str, name: str | None = None
+) -> Trigger:
+    """The trigger of one schedule: exactly one of ``cron`` and ``every`` (seconds). ``name``,
+    the schedule's, is what a cron's ``H`` hashes (:mod:`cronkeeper.timing.hashed`); it is
+    resolved first, so two schedules whose ``H`` land on the same values share a trigger.
 
     Triggers are immutable, so schedules with the same cron (or every) and zone share one
     instance: the leader's per-schedule state is a reference, and a tick can work each distinct
     trigger out once for all the schedules that share it."""
+    if type(cron) is str and hashed.uses_hash(cron):
+        cron = hashed.resolve(cron, name)
     if isinstance(every, bool) or not (every is None or isinstance(every, int | float)):
         return _make_trigger(cron, every, timezone)  # uncached: the error says what is wrong
     try:

@@ -205,7 +205,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         counts = strip.counts()
         rows.append({
             "name": name, "owner": spec.owner, "description": spec.description,
-            "when": describe(spec.cron, spec.every), "cron": spec.cron or f"every {spec.every:g}s",
+            "when": describe(spec.resolved_cron, spec.every), "cron": spec.cron or f"every {spec.every:g}s",
             "timezone": spec.timezone, "local_now": now.astimezone(zone).strftime(
                 "%Y-%m-%d %H:%M %Z (UTC%z)"),
             "last": None if last is None else {
@@ -294,13 +294,13 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         listed.append({
             "id": v.version_id, "from": utc(v.active_from), "until": utc(until) if until else None,
             "removed": v.spec is None,
-            "when": describe(v.spec.cron, v.spec.every) if v.spec else None,
+            "when": describe(v.spec.resolved_cron, v.spec.every) if v.spec else None,
             "spec": v.spec.to_json() if v.spec else None,
         })
     spec = current.spec
     return {
         "name": name, "now": utc(now), "spec": spec.to_json() if spec else None,
-        "when": describe(spec.cron, spec.every) if spec else None, "paused": paused,
+        "when": describe(spec.resolved_cron, spec.every) if spec else None, "paused": paused,
         "strip": strip_svg(strip), "counts": strip.counts(), "versions": listed[::-1],
         "next": next_fires(current, _next_after(current, latest)) if spec else [],
         **(runtime_view(runtime_of(name, spec.timeout, found)) if spec else

@@ -387,3 +387,33 @@ def test_the_host_zone_changes_what_cronie_runs_for_a_cron_tz_job(tmp_path) -> N
     assert "DST 2027-03-28 in Europe/Berlin, cronie's zone (CET -> CEST):" in done.stdout
     assert " ! 2027-03-27T21:00:00-04:00    -" in done.stdout
     assert done.stdout.rstrip().endswith("1 differing instant")
+
+
+EXTENSIONS = """\
+0 0 L * * /usr/local/bin/month-end
+0 9 * * 5L /usr/local/bin/last-friday
+0 9 * * mon#2 /usr/local/bin/second-monday
+H 6 * * * /usr/local/bin/hashed
+H(0-99) 6 * * * /usr/local/bin/hashed-and-bad
+0 0 L * 1#1 /usr/local/bin/both
+#0 0 L * * /usr/local/bin/disabled-month-end
+30 4 * * thu /usr/local/bin/plain
+"""
+
+
+def test_h_l_and_hash_are_refused_in_crontab_lines_and_say_why() -> None:
+    """cron's grammar has no H, L or #: cron refused such a line, so it never ran, and the
+    importer leaves it out (saying so) rather than writing a schedule that would now run."""
+    result = crontab.convert(EXTENSIONS, source="ext.crontab", timezone="UTC", misfire="skip",
+                             owner=None, system=False)  # fmt: skip
+    left = {p.where: p.message for p in result.problems if p.left_out}
+    why = "not in cron's grammar: cron refuses this line (it never ran)"
+    assert set(left) == {f"ext.crontab:{n}" for n in range(1, 7)}
+    assert all(why in message for message in left.values()), left
+    assert "'L' (the last day or weekday of a month) is" in left["ext.crontab:1"]
+    assert "'#' (the n-th weekday) is" in left["ext.crontab:3"]
+    assert "'H' (a value hashed from a schedule's name) is" in left["ext.crontab:5"]
+    assert "'L' (the last day or weekday of a month) and '#' (the n-th weekday) are" in left[
+        "ext.crontab:6"]
+    assert [e.get("cron") for e in result.entries] == ["30 4 * * thu"]
+    assert result.entries[0].get("description") is None  # the disabled line ended the comments

@@ -38,7 +38,7 @@ from typing import Any
 
 from cronkeeper.importing import naming
 from cronkeeper.importing.model import Conversion, Entry, Problem, UnusableInput
-from cronkeeper.timing import TimingError, load_zone, parse_cron
+from cronkeeper.timing import TimingError, load_zone, parse_cron, uses_hash
 
 _FIELDS = (  # (crontab attribute, cron position, low, high)
     ("minute", 0, 0, 59),
@@ -121,8 +121,11 @@ def _field_text(orig: Any, values: set[int], position: int, low: int, high: int)
         text = orig.strip().replace(" ", "")
         fields = ["*"] * 5
         fields[position] = text
-        try:
-            parsed = set(getattr(parse_cron(" ".join(fields)), _CRON_ATTR[position]))
+        try:  # cronkeeper's own H, L and # are never written for a Celery field
+            expr = " ".join(fields)
+            found = None if uses_hash(expr) else parse_cron(expr)
+            parsed = (set(getattr(found, _CRON_ATTR[position]))
+                      if found is not None and not found.extensions else None)  # fmt: skip
         except TimingError:
             parsed = None
         if parsed == values:

@@ -28,7 +28,8 @@ Line by line, as cronie's ``load_entry``/``load_env``:
 
 Not converted, each reported as ``FILE:LINE: reason``: ``@reboot`` (cronkeeper fires at times,
 not at boot), a line that is neither an entry, a variable nor a comment, a time field cronkeeper's
-grammar refuses (the reason names the field), a cron no date matches, a zone the tz database does
+grammar refuses (the reason names the field), cronkeeper's ``H``, ``L`` and ``#`` (cron's grammar
+has none: cron refused such a line and never ran it), a cron no date matches, a zone the tz database does
 not know, an entry without a command, and a system-crontab entry without a user.
 """
 
@@ -42,7 +43,7 @@ from typing import Any
 
 from cronkeeper.importing import naming
 from cronkeeper.importing.model import Conversion, Entry, Problem
-from cronkeeper.timing import TimingError, load_zone, parse_cron
+from cronkeeper.timing import TimingError, load_zone, parse_cron, uses_hash
 
 _ENV = re.compile(r"""(?:"([^"]*)"|'([^']*)'|([^\s='"]+))[ \t]*=[ \t]*(.*)""", re.DOTALL)
 _BLANKS = re.compile(r"[ \t]+")
@@ -63,6 +64,8 @@ _MAIL_VARIABLES = {
 _TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
 _NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
 _CRONISH = re.compile(rf"(?i)(?:[0-9*?~LWH#/,-]|{_NAMES})+")  # what a time field is made of
+_EXTENSIONS = {"H": "'H' (a value hashed from a schedule's name)", "L": "'L' (the last day or weekday of a month)",
+               "#": "'#' (the n-th weekday)"}
 _DIGIT_OR_STAR = re.compile(r"[0-9*?]")
 _DISABLED_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\S")
 HEADER = (
@@ -289,9 +292,16 @@ def _entry(
         leave("no command")
         return None
     try:
-        parsed = parse_cron(cron)
+        parsed = None if uses_hash(cron) else parse_cron(cron)
     except TimingError as exc:
         leave(f"cron {cron!r}: {exc}")
+        return None
+    used = ("H",) if parsed is None else parsed.extensions
+    if parsed is None or used:
+        leave(f"cron {cron!r}: {' and '.join(_EXTENSIONS[e] for e in used)} "
+              f"{'is' if len(used) == 1 else 'are'} not in cron's grammar: cron refuses this "
+              f"line (it never ran); cronkeeper reads {'it' if len(used) == 1 else 'them'} in "
+              "schedule files only")  # fmt: skip
         return None
     if parsed.never_fires():
         leave(f"cron {cron!r} never fires: no date matches it (cron accepts it and never runs it)")

@@ -33,8 +33,8 @@ INTERVAL_HORIZON = timedelta(days=4 * 366)
 def cron_check(expr: str, name: str) -> tuple[str | None, tuple[str, ...], str]:
     """(the error of the cron expression of schedule ``name``, or None; its warnings; the
     expression with its ``H`` resolved for the name, which every later check reads)."""
-    if not uses_hash(expr):
-        return (*_cron_check(expr, v.shown(expr)), expr)
+    if ("H" not in expr and "h" not in expr) or not uses_hash(expr):
+        return _plain_cron_check(expr)
     try:
         resolved = resolve(expr, name)
     except TimingError as exc:
@@ -46,7 +46,7 @@ def cron_check(expr: str, name: str) -> tuple[str | None, tuple[str, ...], str]:
 def hashed_cron(name: str, cron: Any) -> str | bool | None:
     """A cron's H resolved for the name: the text; None when it has no H (the table's text
     is then all its findings depend on); False when its H is malformed (an error)."""
-    if type(cron) is not str or not uses_hash(cron):
+    if type(cron) is not str or ("H" not in cron and "h" not in cron) or not uses_hash(cron):
         return None
     try:
         return resolve(cron, name)
@@ -55,6 +55,11 @@ def hashed_cron(name: str, cron: Any) -> str | bool | None:
 
 
 @functools.lru_cache(maxsize=1 << 17)  # generated sets hold tens of thousands of distinct crons
+def _plain_cron_check(expr: str) -> tuple[str | None, tuple[str, ...], str]:
+    return (*_cron_check(expr, v.shown(expr)), expr)
+
+
+@functools.lru_cache(maxsize=1 << 17)
 def _cron_check(expr: str, shown: str) -> tuple[str | None, tuple[str, ...]]:
     try:
         parsed = parse_cron(expr)

@@ -53,8 +53,8 @@ MAX_DOM = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 MAX_LAST_OFFSET = 30  # L-30 is day 1 of a 31-day month
 MAX_WEEK = 5  # N#5: the fifth, in months that have one
 _LAST_DAY = re.compile(r"[Ll](?:-(?P<offset>.*))?")
-# A day field's items beyond plain values: ("L", offset) in day-of-month; ("L", weekday) and
-# ("#", weekday, week) in day-of-week.
+# A day field's items beyond plain values: (N,) for day-of-month L-N (L is L-0); (weekday,) for
+# day-of-week NL and (weekday, week) for N#K.
 Special = tuple[int, ...]
 
 
@@ -137,7 +137,7 @@ class CronExpr:
 
 
 def _last_day(item: str) -> Special:
-    """Day-of-month ``L`` or ``L-N``: ("L", N)."""
+    """Day-of-month ``L`` or ``L-N``: (N,)."""
     match = _LAST_DAY.fullmatch(item)
     if match is None:
         if "w" in item.lower():
@@ -229,9 +229,11 @@ _Parsed = tuple[tuple[int, ...], tuple[Special, ...], tuple[str, ...]]
 
 
 @functools.lru_cache(maxsize=8192)
-def _field(text: str, spec: FieldSpec) -> _Parsed:
-    """One field, once per distinct text: tens of thousands of distinct expressions are made
-    of a few hundred distinct fields (``*``, ``30``, ``1-5``)."""
+def _field(text: str, index: int) -> _Parsed:
+    """Field ``index`` of :data:`~cronkeeper.timing.fields.FIELDS6`, once per distinct text:
+    tens of thousands of distinct expressions are made of a few hundred distinct fields (``*``,
+    ``30``, ``1-5``)."""
+    spec = f.FIELDS6[index]
     warnings: list[str] = []
     values: set[int] = set()
     specials: set[Special] = set()
@@ -252,7 +254,7 @@ def parse_cron(expr: str, name: str | None = None) -> CronExpr:
     message that names the field at fault."""
     if not isinstance(expr, str):
         raise TimingError(f"cron expression must be a string, not {type(expr).__name__}")
-    if hashed.uses_hash(expr):
+    if ("H" in expr or "h" in expr) and hashed.uses_hash(expr):
         expr = hashed.resolve(expr, name)
     return _parse(expr)
 
@@ -279,13 +281,11 @@ def _parse(expr: str) -> CronExpr:
         )
     if hashed.uses_hash(text):  # reached without a name (or a bad H): resolve says which
         hashed.resolve(text, None)
-    specs = f.FIELDS6 if len(words) == 6 else f.FIELDS5
-    parsed = [_field(word, spec) for word, spec in zip(words, specs, strict=True)]
-    if len(words) == 5:
-        parsed.insert(0, ((0,), (), ()))
+    has_seconds = len(words) == 6
+    if not has_seconds:
         words.insert(0, "0")
     (seconds, _, w0), (minute, _, w1), (hour, _, w2), (dom, dom_l, w3), (month, _, w4), (
-        dow, dow_specials, w5) = parsed  # fmt: skip
+        dow, dow_specials, w5) = [_field(word, i) for i, word in enumerate(words)]  # fmt: skip
     return CronExpr(
         source=expr,
         seconds=seconds,
@@ -298,9 +298,10 @@ def _parse(expr: str) -> CronExpr:
         hour_star=words[2].startswith("*"),
         dom_star=words[3].startswith("*"),
         dow_star=words[5].startswith("*"),
-        has_seconds=len(specs) == 6,
-        warnings=w0 + w1 + w2 + w3 + w4 + w5,
-        last_days=tuple(sorted(s[0] for s in dom_l)),
-        last_weekdays=tuple(sorted(s[0] for s in dow_specials if len(s) == 1)),
-        nth_weekdays=tuple(sorted((s[0], s[1]) for s in dow_specials if len(s) == 2)),
+        has_seconds=has_seconds,
+        warnings=w0 + w1 + w2 + w3 + w4 + w5 if w0 or w1 or w2 or w3 or w4 or w5 else (),
+        last_days=tuple(s[0] for s in dom_l) if dom_l else (),
+        last_weekdays=tuple(s[0] for s in dow_specials if len(s) == 1) if dow_specials else (),
+        nth_weekdays=(tuple((s[0], s[1]) for s in dow_specials if len(s) == 2)
+                      if dow_specials else ()),  # fmt: skip
     )

@@ -65,8 +65,13 @@ def field_hash(name: str, field: str) -> int:
 
 def uses_hash(expr: str) -> bool:
     """Whether any list item of ``expr`` starts with ``H`` (no other check)."""
-    if "H" not in expr and "h" not in expr:
+    if "H" not in expr and "h" not in expr:  # the usual case, and the leader's on every trigger
         return False
+    return _uses_hash(expr)
+
+
+@functools.lru_cache(maxsize=32768)
+def _uses_hash(expr: str) -> bool:
     return any(item[:1] in ("H", "h") for word in f.SEPARATORS.split(expr.strip(" \t"))
                for item in word.split(","))  # fmt: skip
 

@@ -244,7 +244,7 @@ def make_trigger(
     Triggers are immutable, so schedules with the same cron (or every) and zone share one
     instance: the leader's per-schedule state is a reference, and a tick can work each distinct
     trigger out once for all the schedules that share it."""
-    if type(cron) is str and hashed.uses_hash(cron):
+    if type(cron) is str and ("H" in cron or "h" in cron) and hashed.uses_hash(cron):
         cron = hashed.resolve(cron, name)
     if isinstance(every, bool) or not (every is None or isinstance(every, int | float)):
         return _make_trigger(cron, every, timezone)  # uncached: the error says what is wrong

@@ -80,9 +80,14 @@ FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - {due})::float8 
 """
 
 
-def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron6") -> None:
+def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron6",
+                cron: str | None = None) -> None:
+    """``n`` schedules ``burst-NNNNNN`` of ``form`` (or of the expression ``cron``, which
+    benchmarks/h_spread.py gives), ``per_file`` to a file."""
     directory.mkdir(parents=True, exist_ok=True)
     when = f'cron = "0,{EVERY} * * * * *"' if form == "cron6" else f'every = "{EVERY}s"'
+    if cron is not None:
+        when = f'cron = "{cron}"'
     for f in range(math.ceil(n / per_file)):
         parts = []
         for i in range(f * per_file, min(n, (f + 1) * per_file)):

@@ -8,6 +8,11 @@ wall clock and CPU (user + system of the subprocess: what it costs whatever the 
 load average.
 
     .venv/bin/python benchmarks/validate_10k.py [--runs 3] [--schedules 10000] [--files 100]
+        [--forms plain|extended]
+
+``--forms extended`` writes every cron with cronkeeper's H, L or # (issue 25): ``H H * * *``,
+``H(0-29) 2 * * *`` (a hashed time in New York's and Berlin's DST gaps: warnings), ``H/15``,
+``L``, ``L-3``, ``5L``, ``mon#2`` ..., so each schedule's H is resolved from its own name.
 """
 
 from __future__ import annotations
@@ -45,10 +50,31 @@ def cron_for(rng: random.Random) -> str:
     )
 
 
-def schedule(rng: random.Random, name: str) -> str:
+def extended_cron_for(rng: random.Random) -> str:
+    minute, hour = rng.randrange(60), rng.randrange(24)
+    return rng.choice(
+        (
+            "H H * * *",
+            f"H {hour} * * *",
+            "H(0-29) 2 * * *",
+            "H/15 * * * *",
+            f"H(0-29)/10 H(9-17) * * {rng.choice(('mon-fri', '1-5', 'sat,sun'))}",
+            f"{minute} {hour} L * *",
+            f"H H L-{rng.randrange(0, 8)} * *",
+            f"{minute} {hour} * * {rng.choice(('5L', 'friL', '0L', '1#1', 'mon#2', '3#3,3#4'))}",
+            f"H {hour} 1,15 * {rng.choice(('5L', 'mon#2'))}",
+            "H H H * *",
+            "H H * * H",
+        )
+    )
+
+
+def schedule(rng: random.Random, name: str, forms: str = "plain") -> str:
     team = rng.choice(TEAMS)
     lines = [f"[{name}]"]
-    if rng.random() < 0.2:
+    if forms == "extended":
+        lines.append(f'cron = "{extended_cron_for(rng)}"')
+    elif rng.random() < 0.2:
         lines.append(f'every = "{rng.choice(("30s", "90s", "5m", "15m", "1h", "6h"))}"')
     else:
         lines.append(f'cron = "{cron_for(rng)}"')
@@ -74,7 +100,8 @@ def schedule(rng: random.Random, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def generate(directory: str, schedules: int, files: int, seed: int = 42) -> None:
+def generate(directory: str, schedules: int, files: int, seed: int = 42,
+             forms: str = "plain") -> None:
     rng = random.Random(seed)
     per_file = schedules // files
     n = 0
@@ -82,7 +109,7 @@ def generate(directory: str, schedules: int, files: int, seed: int = 42) -> None
         path = os.path.join(directory, f"team-{f:03d}.toml")
         with open(path, "w", encoding="utf-8") as out:
             for _ in range(per_file):
-                out.write(schedule(rng, f"job-{n:05d}") + "\n")
+                out.write(schedule(rng, f"job-{n:05d}", forms) + "\n")
                 n += 1
         os.chmod(path, 0o644)  # files with `command` must not be group- or world-writable
     os.chmod(directory, 0o755)
@@ -93,10 +120,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--forms", choices=["plain", "extended"], default="plain",
+                        help="extended: every cron uses H, L or # (issue 25)")
     args = parser.parse_args()
     script = os.path.join(os.path.dirname(sys.executable), "cronkeeper")
     with tempfile.TemporaryDirectory() as directory:
-        generate(directory, args.schedules, args.files)
+        generate(directory, args.schedules, args.files, forms=args.forms)
         size = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory))
         times, cpus = [], []
         for _ in range(args.runs):
@@ -111,7 +140,8 @@ def main() -> None:
                          f"{proc.stderr[-2000:]}")  # fmt: skip
         print(proc.stdout.strip().splitlines()[-1])
         print(
-            f"validate {args.schedules} schedules in {args.files} files ({size / 1e6:.1f} MB): "
+            f"validate {args.schedules} schedules ({args.forms} crons) in {args.files} files "
+            f"({size / 1e6:.1f} MB): "
             f"best {min(times):.3f} s, median {statistics.median(times):.3f} s "
             f"over {args.runs} runs (limit 2 s); CPU best {min(cpus):.3f} s, median "
             f"{statistics.median(cpus):.3f} s; load average {os.getloadavg()[0]:.2f}"

@@ -81,7 +81,7 @@ FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - {due})::float8 
 
 
 def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron6",
-                cron: str | None = None) -> None:
+                cron: str | None = None, task: str = "bench.burst") -> None:
     """``n`` schedules ``burst-NNNNNN`` of ``form`` (or of the expression ``cron``, which
     benchmarks/h_spread.py gives), ``per_file`` to a file."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron
         for i in range(f * per_file, min(n, (f + 1) * per_file)):
             parts.append(
                 f'[burst-{i:06d}]\n{when}\ntimezone = "UTC"\nmisfire = "skip"\n'
-                f'overlap = "allow"\ntask = "bench.burst"\nowner = "bench"\n')
+                f'overlap = "allow"\ntask = "{task}"\nowner = "bench"\n')
         (directory / f"burst-{f:03d}.toml").write_text("\n".join(parts))
 
 

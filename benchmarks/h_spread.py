@@ -7,7 +7,8 @@ against ``0 M h * * *`` (six fields: a hashed second of one minute M, against it
 M chosen ``--lead`` seconds ahead of the start. Each form runs against a private PostgreSQL of
 its own (tests/daemon_harness.py; fsync on, ``track_commit_timestamp = on``), one `cronkeeper
 run` (the leader, at its defaults but ``--metrics-address off``) and ``--workers`` `cronkeeper
-worker` processes at their defaults, running a no-op task (``bench.burst``, registered here).
+worker` processes at their defaults, running a no-op task (``bench.noop``, which
+benchmarks/worker_throughput.py registers).
 The workers start once every schedule is adopted, before M.
 
 Per form, over the N periods of minute M:
@@ -43,16 +44,7 @@ sys.path.insert(0, str(HERE))
 from burst_vs_apscheduler import cpu_seconds, machine_speed, write_files  # noqa: E402
 from daemon_harness import CRONKEEPER, Daemon, PrivatePostgres, db_now, set_path, wait_for  # noqa: E402
 
-# The no-op handler: imported by `cronkeeper worker --import h_spread`.
-try:
-    from cronkeeper.worker import task as _task
-
-    @_task("bench.burst")
-    def bench_burst(payload, ctx):  # noqa: ANN001, ARG001
-        return None
-except ImportError:  # pragma: no cover
-    pass
-
+TASK = "bench.noop"  # the no-op handler worker_throughput.py registers for the workers
 STATS_SQL = """
 SELECT count(*),
        percentile_cont(0.5) WITHIN GROUP (ORDER BY fire), percentile_cont(0.99) WITHIN GROUP
@@ -78,7 +70,7 @@ def spawn_workers(url: str, schema: str, count: int, log_dir: Path) -> list[subp
         log = open(log_dir / f"worker-{i}.log", "a")  # noqa: SIM115 - closed with the process
         procs.append(subprocess.Popen(
             [CRONKEEPER, "worker", "--database-url", url, "--schema", schema, "--cluster", "bench",
-             "--import", "h_spread", "--instance-id", f"bench-worker-{i}",
+             "--import", "worker_throughput", "--instance-id", f"bench-worker-{i}",
              "--metrics-address", "off", "--log-level", "warning"],
             env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL))  # fmt: skip
     return procs
@@ -97,7 +89,7 @@ def run_form(form: str, n: int, workers: int, lead: float, per_file: int) -> dic
         minute = math.ceil((now.timestamp() + lead) / 60) * 60
         at = datetime.fromtimestamp(minute, now.tzinfo)
         cron = f"{form} {at.minute} {at.hour} * * *"
-        write_files(root / "schedules", n, per_file, cron=cron)
+        write_files(root / "schedules", n, per_file, cron=cron, task=TASK)
         daemon = Daemon(url=pg.url, schema=schema, cluster="bench", schedules=root / "schedules",
                         instance_id="bench-leader", log_dir=root, leader_timeout=10,
                         stall_timeout=60)  # fmt: skip

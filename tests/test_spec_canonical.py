@@ -29,14 +29,16 @@ payload = st.dictionaries(
     backoff=st.builds(Backoff, seconds, seconds, seconds),
     codes=st.lists(st.integers(1, 255), max_size=3).map(tuple),
     owner=st.none() | text, description=st.none() | text,
+    output_limit=st.sampled_from([65536, 0, 1, 1 << 20]) | st.integers(0, 1 << 20),
 )  # fmt: skip
 def test_canonical_text_is_canonical_json_of_to_json(
     name, timezone, misfire, cron, every, catch_up_limit, overlap, task, command, payload_json,
-    grace, jitter, timeout, max_attempts, backoff, codes, owner, description,
+    grace, jitter, timeout, max_attempts, backoff, codes, owner, description, output_limit,
 ):  # fmt: skip
     spec = ScheduleSpec(
         name, timezone, misfire, cron, every, catch_up_limit, overlap, task, command,
         payload_json, grace, jitter, timeout, max_attempts, backoff, codes, owner, description,
+        output_limit,
     )  # fmt: skip
     assert spec.canonical_text() == canonical_json(spec.to_json())
 

@@ -40,6 +40,8 @@ DEFAULT_BACKOFF_BASE = backoff_defaults.DEFAULT_BASE
 DEFAULT_BACKOFF_FACTOR = backoff_defaults.DEFAULT_FACTOR
 DEFAULT_BACKOFF_MAX = backoff_defaults.DEFAULT_MAX
 MAX_PAYLOAD_BYTES = 8 * 1024
+DEFAULT_OUTPUT_LIMIT = 64 * 1024  # bytes of each attempt's output kept (cronkeeper.output)
+MAX_OUTPUT_LIMIT = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,7 @@ class ScheduleSpec:
     permanent_exit_codes: tuple[int, ...] = ()
     owner: str | None = None
     description: str | None = None
+    output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes; 0 keeps nothing
     # Where it came from; not part of the spec's identity (moving a schedule between files
     # does not make a new version).
     file: str = field(default="", compare=False)
@@ -105,7 +108,7 @@ class ScheduleSpec:
             name, self.timezone, self.misfire, self.cron, self.every, self.catch_up_limit,
             self.overlap, task, self.command, self.payload_json, self.grace, self.jitter,
             self.timeout, self.max_attempts, self.backoff, self.permanent_exit_codes, self.owner,
-            description, file, line,
+            description, self.output_limit, file, line,
         )  # fmt: skip
 
     @property
@@ -118,8 +121,11 @@ class ScheduleSpec:
         return self.task if self.task is not None else "command"
 
     def to_json(self) -> dict[str, Any]:
-        """Readable JSON, stored with every schedule version so audits are plain SQL."""
-        return {
+        """Readable JSON, stored with every schedule version so audits are plain SQL.
+        ``output_limit`` only when it is not the default: a spec that does not set it keeps
+        the digest it had before the key existed (so no schedule becomes a new version, and a
+        worker of the previous release runs its commands in a mixed fleet)."""
+        doc = {
             "name": self.name,
             "cron": self.cron,
             "every": self.every,
@@ -143,6 +149,9 @@ class ScheduleSpec:
             "owner": self.owner,
             "description": self.description,
         }
+        if self.output_limit != DEFAULT_OUTPUT_LIMIT:
+            doc["output_limit"] = self.output_limit
+        return doc
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ScheduleSpec:
@@ -171,6 +180,7 @@ class ScheduleSpec:
             permanent_exit_codes=tuple(data.get("permanent_exit_codes") or ()),
             owner=shared_text(data.get("owner")),
             description=shared_text(data.get("description")),
+            output_limit=int(data.get("output_limit", DEFAULT_OUTPUT_LIMIT)),
         )
 
     @property
@@ -192,11 +202,13 @@ class ScheduleSpec:
         between a daemon's start and its first heartbeat. tests/test_spec_rules.py holds the
         two equal over varied specs; the stored versions' digests depend on it."""
         b = self.backoff
+        limit = self.output_limit
         return _CANONICAL % (
             _json(b.base), _json(b.factor), _json(b.max), _json(self.catch_up_limit),
             "null" if self.command is None else _json_list(self.command), _json(self.cron),
             _json(self.description), _json(self.every), _json(self.grace), _json(self.jitter),
             _json(self.max_attempts), _json(str(self.misfire)), _json(self.name),
+            "" if limit == DEFAULT_OUTPUT_LIMIT else f'"output_limit":{_json(limit)},',
             _json(str(self.overlap)), _json(self.owner), _canonical_payload(self.payload_json),
             _json_list(self.permanent_exit_codes), _json(self.task), _json(self.timeout),
             _json(self.timezone),
@@ -234,11 +246,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-# ScheduleSpec.to_json()'s keys in sorted order, as canonical_json writes them.
+# ScheduleSpec.to_json()'s keys in sorted order, as canonical_json writes them (the %s after
+# "name" is ``"output_limit":N,`` when it is not the default, else nothing).
 _CANONICAL = (
     '{"backoff":{"base":%s,"factor":%s,"max":%s},"catch_up_limit":%s,"command":%s,"cron":%s,'
     '"description":%s,"every":%s,"grace":%s,"jitter":%s,"max_attempts":%s,"misfire":%s,'
-    '"name":%s,"overlap":%s,"owner":%s,"payload":%s,"permanent_exit_codes":%s,"task":%s,'
+    '"name":%s,%s"overlap":%s,"owner":%s,"payload":%s,"permanent_exit_codes":%s,"task":%s,'
     '"timeout":%s,"timezone":%s}'
 )
 _encode_str = json.encoder.encode_basestring_ascii  # what json.dumps writes a str with

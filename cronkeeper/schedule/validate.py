@@ -10,7 +10,8 @@ Rules (docs/schedules.md is the reference):
 - ``every`` is a whole number of seconds, at least 1 s; ``timeout`` and ``backoff.base`` are
   greater than zero; ``grace``, ``jitter`` and ``catch_up_limit`` at least zero (the last greater);
   ``backoff.max`` at least ``backoff.base``; ``1 <= backoff.factor <= 100``;
-  ``1 <= max_attempts <= 1000``; every duration at most 3660 days;
+  ``1 <= max_attempts <= 1000``; every duration at most 3660 days; ``output_limit`` a size
+  (``"64KiB"``) of at most 1 MiB (``"0B"`` keeps nothing);
 - warnings: a deprecated zone alias, a fixed local time in a DST gap or fold in the coming
   year, ``timeout`` longer than the interval with ``overlap = "allow"``, no ``owner``.
 
@@ -38,7 +39,9 @@ from cronkeeper.schedule.model import (
     DEFAULT_GRACE,
     DEFAULT_JITTER,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_OUTPUT_LIMIT,
     DEFAULT_TIMEOUT,
+    MAX_OUTPUT_LIMIT,
     Backoff,
     Misfire,
     Overlap,
@@ -49,7 +52,7 @@ from cronkeeper.schedule.model import (
 KEYS = (
     "cron", "every", "timezone", "misfire", "catch_up_limit", "overlap", "task", "command",
     "payload", "grace", "jitter", "timeout", "max_attempts", "backoff", "permanent_exit_codes",
-    "owner", "description",
+    "owner", "description", "output_limit",
 )  # fmt: skip
 _KNOWN_KEYS = frozenset(KEYS)
 BACKOFF_KEYS = ("base", "factor", "max")
@@ -353,6 +356,14 @@ def _check(
             err("'permanent_exit_codes' applies only to 'command' schedules (a task handler "
                 "raises PermanentError instead)", "permanent_exit_codes")  # fmt: skip
 
+    output_limit = DEFAULT_OUTPUT_LIMIT
+    if "output_limit" in table:
+        limit = v.size("output_limit", table["output_limit"], high=MAX_OUTPUT_LIMIT)
+        if isinstance(limit, str):
+            err(limit, "output_limit")
+        else:
+            output_limit = limit
+
     # -- people -------------------------------------------------------------------------------
     owner = table.get("owner")
     if owner is None:
@@ -402,6 +413,7 @@ def _check(
         permanent_exit_codes=exit_codes,
         owner=intern(owner) if owner else owner,
         description=intern(description) if description else description,
+        output_limit=output_limit,
         file=file,
         line=line_of(),
     )

@@ -89,6 +89,43 @@ def duration(key: str, value: Any, *, minimum: float = 0.0, strict: bool = False
     return seconds
 
 
+_SIZE = re.compile(r"\s*(\d{1,10})\s*([A-Za-z]*)\s*")
+_SIZE_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 * 1024}
+_SIZE_LOOKALIKES = {"b": "B", "k": "KiB", "kb": "KiB", "kib": "KiB", "m": "MiB", "mb": "MiB",
+                    "mib": "MiB"}
+
+
+def size(key: str, value: Any, *, high: int) -> int | str:
+    """Bytes from a size string (``"64KiB"``, ``"1MiB"``, ``"512B"``, ``"0B"``), or an error
+    message. Units are binary: 1 KiB = 1024 bytes."""
+    example = 'a size string like "64KiB", "1MiB" or "500B"'
+    if not isinstance(value, str):
+        hint = f' (write "{value}B")' if _is_number(value) and not isinstance(value, float) else ""
+        return f"'{key}' must be {example}, not {type_name(value)}{hint}"
+    match = _SIZE.fullmatch(value)
+    if match is None:
+        return f"'{key}': {shown(value)} is not {example}"
+    number, unit = int(match[1]), match[2]
+    if not unit:
+        return f"'{key}': {shown(value)} needs a unit: \"{number}B\" (or KiB, MiB)"
+    if unit not in _SIZE_UNITS:
+        close = _SIZE_LOOKALIKES.get(unit.lower())
+        hint = f'; did you mean "{number}{close}"? (units are B, KiB and MiB)' if close else (
+            " (units are B, KiB and MiB)")
+        return f"'{key}': unknown unit in {shown(value)}{hint}"
+    result = number * _SIZE_UNITS[unit]
+    if result > high:
+        return f"'{key}' must be at most {_fmt_size(high)}, got {shown(value)}"
+    return result
+
+
+def _fmt_size(count: int) -> str:
+    for unit in ("MiB", "KiB"):
+        if count % _SIZE_UNITS[unit] == 0 and count:
+            return f"{count // _SIZE_UNITS[unit]}{unit}"
+    return f"{count}B"
+
+
 def _fmt_seconds(seconds: float) -> str:
     return f"{seconds:g}s"
 

@@ -29,14 +29,71 @@ def attempts_archive(conn: sa.Connection, ids: list[int]) -> None:
 
 
 _ATTEMPTS_FOR_JOB = """
-SELECT attempt, worker_id, started_at, finished_at, outcome, error
+SELECT attempt, worker_id, started_at, finished_at, outcome, error,
+       octet_length(output) AS output_bytes,
+       substring(output FROM greatest(octet_length(output) - %(window)s + 1, 1)) AS output_end
 FROM attempts WHERE job_id = %(id)s ORDER BY started_at, id
 """
 
 
-def attempts_for_job(conn: sa.Connection, job_id: int) -> list[dict[str, Any]]:
+def attempts_for_job(conn: sa.Connection, job_id: int, window: int = 16384) -> list[dict[str, Any]]:
+    """A job's attempts, oldest first, each with the size of its output (``output_bytes``,
+    None when nothing was kept) and the last ``window`` bytes of it (``output_end``)."""
     cur = driver(conn).cursor(row_factory=dict_row)
-    return cur.execute(_ATTEMPTS_FOR_JOB, {"id": job_id}).fetchall()
+    return cur.execute(_ATTEMPTS_FOR_JOB, {"id": job_id, "window": window}).fetchall()
+
+
+# Output (migrations/0010). The newest attempt is the latest started: after a replay the
+# earlier ones are numbered negative (attempts_archive), so numbers do not order them.
+_OUTPUT_COLUMN = """
+SELECT EXISTS (SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass('attempts') AND attname = 'output' AND NOT attisdropped)
+"""
+
+
+def attempts_output_column(conn: sa.Connection) -> bool:
+    """Whether the schema keeps attempts' output (a worker also runs on the previous release's
+    schema, which has no such column)."""
+    return bool(driver(conn).execute(_OUTPUT_COLUMN).fetchone()[0])  # type: ignore[index]
+
+
+_OUTPUT_RECORD = "UPDATE attempts SET output = %(output)s WHERE job_id = %(id)s AND attempt = %(attempt)s"
+
+
+def attempts_output_record(conn: sa.Connection, *, job_id: int, attempt: int, output: bytes) -> None:
+    """Write one attempt's output on its own: for a job whose handler process committed the
+    job's completion itself, while the worker read what it printed."""
+    driver(conn).execute(_OUTPUT_RECORD, {"id": job_id, "attempt": attempt, "output": output})
+
+
+_OUTPUT_BY_KEY = """
+SELECT o.id AS job_id, a.attempt, a.outcome, a.output
+FROM outbox o
+LEFT JOIN LATERAL (
+    SELECT attempt, outcome, output FROM attempts
+    WHERE job_id = o.id AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s)
+    ORDER BY started_at DESC, id DESC LIMIT 1
+) a ON true
+WHERE o.idempotency_key = %(key)s
+"""
+
+
+def attempts_output_by_key(conn: sa.Connection, key: str, attempt: int | None = None) -> dict[str, Any] | None:
+    """The output of the job's attempt ``attempt``, or of its newest one: None when no job
+    has that key; ``attempt`` None in the row when it has no such attempt."""
+    cur = driver(conn).cursor(row_factory=dict_row)
+    return cur.execute(_OUTPUT_BY_KEY, {"key": key, "attempt": attempt}).fetchone()
+
+
+_LAST_OUTPUT = """
+SELECT output FROM attempts WHERE job_id = %(id)s ORDER BY started_at DESC, id DESC LIMIT 1
+"""
+
+
+def attempts_last_output(conn: sa.Connection, job_id: int) -> bytes | None:
+    """What the job's newest attempt printed (None: no attempt, or nothing kept)."""
+    row = driver(conn).execute(_LAST_OUTPUT, {"id": job_id}).fetchone()
+    return None if row is None or row[0] is None else bytes(row[0])
 
 
 # Per schedule, from its last %(last)s finished attempts (newest period first, then newest

@@ -12,6 +12,7 @@ another took can no longer complete, fail or release it. The batched fences spel
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -38,27 +39,64 @@ SELECT id FROM done
 """
 
 
+# As _COMPLETE, also writing each attempt's output (migrations/0010; a schema without the column
+# gets _COMPLETE: docs/worker.md, "What a job printed"). The outputs travel in binary (%b): as
+# text, psycopg escapes a bytea array byte by byte in Python, 47 us per 1 KiB output (measured
+# with benchmarks/output_capture.py), against well under 1 us this way.
+_COMPLETE_KEEPING_OUTPUT = """
+WITH d AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(ages)s::float8[],
+                         %(outputs)b::bytea[]) AS d(id, attempt, age, output)
+), done AS (
+    UPDATE outbox o
+    SET state = 'succeeded', finished_at = now() - make_interval(secs => coalesce(d.age, 0)),
+        leased_by = NULL, lease_expires_at = NULL, last_error = NULL
+    FROM d
+    WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
+      AND o.leased_by = %(worker)s
+    RETURNING o.id, o.attempts, d.age, d.output
+), recorded AS (
+    UPDATE attempts a
+    SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
+        outcome = 'succeeded', output = done.output
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+"""
+
+
 def outbox_complete(
     conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
-    ages: list[float] | None = None,
+    ages: list[float] | None = None, outputs: list[bytes | None] | None = None,
 ) -> list[int]:
     """Mark jobs succeeded (fenced); returns the ids that were still this worker's.
 
     ``ages``: for each job, how many seconds ago its attempt ended (an ending kept in memory
     while the database was away is recorded with the instant it happened, not the instant the
-    database came back); None when they end now (a handler's transaction commits its own)."""
-    params = {"ids": _int_array(ids), "attempts": _int_array(attempts),
-              "ages": None if ages is None else _float_array(ages), "worker": worker_id}
-    return [r[0] for r in driver(conn).execute(_COMPLETE, params, binary=True).fetchall()]
+    database came back); None when they end now (a handler's transaction commits its own).
+    ``outputs``: what each attempt printed (None: nothing kept), written with the attempt's
+    end; ``outputs=None`` writes none, as on a schema without ``attempts.output``."""
+    params: dict[str, Any] = {"ids": _int_array(ids), "attempts": _int_array(attempts),
+                              "ages": None if ages is None else _float_array(ages),
+                              "worker": worker_id}
+    sql = _COMPLETE
+    if outputs is not None:
+        sql, params["outputs"] = _COMPLETE_KEEPING_OUTPUT, outputs
+    return [r[0] for r in driver(conn).execute(sql, params, binary=True).fetchall()]
 
 
 async def outbox_complete_async(
-    conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int]
+    conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int],
+    outputs: list[bytes | None] | None = None,
 ) -> list[int]:
-    """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's)."""
-    params = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
+    """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's), with
+    the attempts' outputs when given (as ``outbox_complete``)."""
+    params: dict[str, Any] = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
+    sql = _COMPLETE
+    if outputs is not None:
+        sql, params["outputs"] = _COMPLETE_KEEPING_OUTPUT, outputs
     with translate_errors("completing the job"):
-        cur = await conn.execute(_COMPLETE, params, binary=True)
+        cur = await conn.execute(sql, params, binary=True)
         return [r[0] for r in await cur.fetchall()]
 
 
@@ -73,15 +111,12 @@ def _float_array(values: list[float]) -> str:
     return "{" + ",".join(map(repr, map(float, values))) + "}"
 
 
-_FAIL = """
-WITH f AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
-                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
-                         %(ages)s::float8[])
-             AS f(id, attempt, state, delay, error, outcome, age)
+# The failure statements' shared middle: the fenced update of the jobs (each to its next state,
+# its last_error) and the start of the attempts' closing, which each statement ends its own way.
+_FAIL_JOBS = """
 ), done AS (
     UPDATE outbox o
-    SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.error,
+    SET state = f.state, leased_by = NULL, lease_expires_at = NULL, last_error = f.last_error,
         run_after = CASE WHEN f.state = 'available'
                          THEN now() + make_interval(secs => f.delay) ELSE o.run_after END,
         finished_at = CASE WHEN f.state = 'dead' THEN now() - make_interval(secs => f.age) END
@@ -92,12 +127,29 @@ WITH f AS (
 ), recorded AS (
     UPDATE attempts a
     SET finished_at = clock_timestamp() - make_interval(secs => f.age), outcome = f.outcome,
-        error = f.error
+        error = f.error"""
+_FAIL_END = """
     FROM done JOIN f ON f.id = done.id
     WHERE a.job_id = done.id AND a.attempt = done.attempts
 ), woke AS (""" + wake("done WHERE state = 'available'") + """)
 SELECT id FROM done, woke
 """
+
+_FAIL = """
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
+                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
+                         %(ages)s::float8[], %(last_errors)s::text[])
+             AS f(id, attempt, state, delay, error, outcome, age, last_error)""" + _FAIL_JOBS + _FAIL_END
+
+# As _FAIL, also writing each attempt's output (migrations/0010; binary, as for completions).
+_FAIL_KEEPING_OUTPUT = """
+WITH f AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[],
+                         %(delays)s::float8[], %(errors)s::text[], %(outcomes)s::text[],
+                         %(ages)s::float8[], %(last_errors)s::text[], %(outputs)b::bytea[])
+             AS f(id, attempt, state, delay, error, outcome, age, last_error, output)""" + (
+    _FAIL_JOBS + ", output = f.output" + _FAIL_END)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +163,16 @@ class Failure:
     error: str
     outcome: str  # attempts.outcome: retry | dead | timeout | released
     age: float = 0.0  # seconds since the attempt ended (recorded late: the database was away)
+    output: bytes | None = None  # what the attempt printed (None: nothing kept)
+    last_error: str | None = None  # the job's last_error when not ``error`` (the output's tail)
 
 
-def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure]) -> list[int]:
-    """Record failed attempts and move their jobs to retry or dead letter (fenced)."""
-    params = {
+def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure],
+                keep_output: bool = False) -> list[int]:
+    """Record failed attempts and move their jobs to retry or dead letter (fenced); each job's
+    ``last_error`` is its failure's ``last_error`` (default: its ``error``). ``keep_output``:
+    write each attempt's output too (a schema with ``attempts.output``)."""
+    params: dict[str, Any] = {
         "ids": [f.id for f in failures],
         "attempts": [f.attempt for f in failures],
         "states": [f.state for f in failures],
@@ -123,9 +180,13 @@ def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure])
         "errors": [f.error for f in failures],
         "outcomes": [f.outcome for f in failures],
         "ages": [f.age for f in failures],
+        "last_errors": [f.error if f.last_error is None else f.last_error for f in failures],
         "worker": worker_id,
     }
-    return [r[0] for r in driver(conn).execute(_FAIL, params).fetchall()]
+    sql = _FAIL
+    if keep_output:
+        sql, params["outputs"] = _FAIL_KEEPING_OUTPUT, [f.output for f in failures]
+    return [r[0] for r in driver(conn).execute(sql, params).fetchall()]
 
 
 _DEFER = """

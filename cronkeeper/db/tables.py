@@ -105,6 +105,8 @@ attempts = sa.Table(
     sa.Column("finished_at", TS),
     sa.Column("outcome", sa.Text),
     sa.Column("error", sa.Text),
+    # migrations/0010_attempt_output.sql: what the attempt printed (cronkeeper.output)
+    sa.Column("output", sa.LargeBinary),
 )
 
 effects = sa.Table(

@@ -1,0 +1,11 @@
+-- oldest release: 0.1.0
+-- cronkeeper schema, version 10: what each attempt printed (issue 23; docs/worker.md, "What a
+-- job printed"). Additive: one nullable column, so 0.1.0 and workers that predate it go on
+-- writing attempts without it. A column on attempts rather than a table beside it: the worker
+-- writes it in the UPDATE that already ends the attempt (no second row, index or round trip),
+-- the DELETE that prunes the attempt, and the cascade that discards a dead letter's attempts,
+-- take it with them, an attempt that kept nothing holds NULL (one bit), and an output past
+-- about 2 kB is compressed and moved out of line by TOAST, so the rows that claims, endings,
+-- the reaper and run-time figures read stay narrow. NULL: nothing kept (output_limit 0, a
+-- worker older than this, an attempt lost with its worker); '' : the attempt printed nothing.
+ALTER TABLE attempts ADD COLUMN output bytea;

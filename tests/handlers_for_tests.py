@@ -191,7 +191,7 @@ def _command_schedule_fixture():
     def command_schedule(engine, tmp_path):
         """Write a command schedule, record its version as the scheduler does, emit one job."""
 
-        def make(argv, *, timeout="30s", max_attempts=5, payload=None):
+        def make(argv, *, timeout="30s", max_attempts=5, payload=None, extra=""):
             from cronkeeper import clock
             from cronkeeper.schedule import load_valid
 
@@ -206,6 +206,7 @@ def _command_schedule_fixture():
                 f"command = {json.dumps(argv)}\ntimeout = \"{timeout}\"\nmax_attempts = {max_attempts}\n"
                 f"payload = {{ {payload_toml} }}\n"
                 "backoff = { base = \"0.1s\", factor = 2, max = \"1s\" }\nowner = \"team-test\"\n"
+                + extra
             )
             path.chmod(0o600)
             spec = load_valid([str(directory)], now=clock.wall()).by_name()["backup"]

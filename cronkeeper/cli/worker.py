@@ -26,6 +26,16 @@ def parse_limits(values: tuple[str, ...]) -> dict[str, int]:
     return limits
 
 
+def parse_output_limit(value: str) -> int:
+    from cronkeeper.schedule.model import MAX_OUTPUT_LIMIT
+    from cronkeeper.schedule.values import size
+
+    result = size("--output-limit", value, high=MAX_OUTPUT_LIMIT)
+    if isinstance(result, str):
+        raise UsageError(result)
+    return result
+
+
 def default_worker_id() -> str:
     import socket
     import uuid
@@ -71,6 +81,11 @@ def default_worker_id() -> str:
               show_default=True, metavar="MIB", envvar="CRONKEEPER_WORKER_MAX_CHILD_MEMORY",
               help="Process isolation: recycle a handler process whose resident memory passes "
                    "this many MiB after a job (0: never).")
+@click.option("--output-limit", envvar="CRONKEEPER_WORKER_OUTPUT_LIMIT", default="64KiB",
+              show_default=True, metavar="SIZE",
+              help="Output kept per attempt of a job whose schedule is not in --schedules "
+                   "(enqueued jobs): a size like 64KiB, at most 1MiB; 0B keeps nothing. A "
+                   "schedule's own output_limit applies to its jobs.")
 @click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,
               help="Default: host, pid and a random suffix.")
 @click.option("--metrics-address", envvar="CRONKEEPER_WORKER_METRICS_ADDRESS",
@@ -87,7 +102,7 @@ def worker_command(
     imports: tuple[str, ...], concurrency: int, batch_size: int, tasks: tuple[str, ...],
     schedule_names: tuple[str, ...], limits: tuple[str, ...], drain_timeout: float,
     lease_margin: float, poll_interval: float, kill_grace: float, isolation: str,
-    max_jobs_per_child: int, max_child_memory: int, instance_id: str | None,
+    max_jobs_per_child: int, max_child_memory: int, output_limit: str, instance_id: str | None,
     metrics_address: str, log_format: str, log_level: str,
 ) -> None:
     """Claim jobs from the outbox and run them; SIGTERM drains."""
@@ -100,6 +115,7 @@ def worker_command(
 
     logs.configure(log_format, log_level)
     parsed_limits = parse_limits(limits)
+    output_bytes = parse_output_limit(output_limit)
     specs, digest = load_specs(schedules_dir)
     import_modules(list(imports))
     database = open_database(database_url, schema, application_name="cronkeeper-worker", wait=True,
@@ -114,6 +130,7 @@ def worker_command(
         poll_interval=poll_interval, drain_timeout=drain_timeout, kill_grace=kill_grace,
         isolation=isolation, max_jobs_per_child=max_jobs_per_child,
         max_child_memory_mb=max_child_memory, imports=list(imports), specs=specs, schedules_digest=digest, version=__version__,
+        output_limit=output_bytes,
     )
     serve_metrics(metrics_address, "worker", engine=database.engine, cluster=cluster)
     worker = Worker(database.engine, config)

@@ -78,11 +78,13 @@ class AsyncJobContext(JobFacts):
         return await enqueue_async(await self.connection(), task, payload, key=key,
                                    schema=self.schema, **kwargs)
 
-    async def complete(self, worker_id: str) -> bool:
+    async def complete(self, worker_id: str, *, output: bytes | None = None,
+                       keep_output: bool = False) -> bool:
         """The fenced completion in the handler's transaction, then commit (see JobContext)."""
         assert self.job_id is not None
         done = await outbox_complete_async(await self.connection(), worker_id=worker_id,
-                                           ids=[self.job_id], attempts=[self.attempt])
+                                           ids=[self.job_id], attempts=[self.attempt],
+                                           outputs=[output] if keep_output else None)
         await self.finish(commit=bool(done))
         return bool(done)
 

@@ -6,11 +6,14 @@ leader of a process group of its own, so that killing the group at a job's timeo
 whatever the handler started. It dies with the worker (``PR_SET_PDEATHSIG``) and exits when
 the worker closes its pipe.
 
-Protocol: length-prefixed JSON frames on two pipes (file descriptors R and W; the handler's
-own stdout and stderr stay the worker's). Nothing is pickled; what crosses is what the outbox
-row holds.
+Protocol: length-prefixed JSON frames on two pipes (file descriptors R and W). Nothing is
+pickled; what crosses is what the outbox row holds. Its stdout and stderr are a third pipe,
+which the worker reads into the running job's output (``logcapture.child_setup`` writes the
+root logger's records there too, and makes stdout write through at each line); everything is
+flushed before the answer, so the worker has all a job printed when it reads "done".
 
-    worker -> child   {"t": "init", "database_url", "schema", "worker_id", "imports", "sys_path"}
+    worker -> child   {"t": "init", "database_url", "schema", "worker_id", "imports", "sys_path",
+                       "log_level"}
     child -> worker   {"t": "ready", "pid"}
     worker -> child   {"t": "job", "id", "key", "attempt", "schedule", "scheduled_for", "task",
                        "payload_json"}
@@ -24,7 +27,9 @@ transaction reports ``succeeded`` and the worker's recorder completes the job in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import signal
 import struct
@@ -154,20 +159,29 @@ def main(argv: list[str]) -> int:
     if init is None:
         return 0
     sys.path[:] = init["sys_path"]
+    from cronkeeper.worker.logcapture import child_setup
     from cronkeeper.worker.registry import import_modules
 
     import_modules(list(init["imports"]))
+    child_setup(int(init.get("log_level", logging.INFO)))
     child = _Child(out, init)
     try:
         write_frame(out, {"t": "ready", "pid": os.getpid()})
         while (job := read_frame(inp)) is not None:
             reply = child.run(job)
+            _flush_printed()  # all it printed is in the pipe before the worker hears "done"
             _reply(out, reply)
     except BrokenPipeError:
         pass  # the worker closed our pipe (recycled, stopping, or gone): nothing left to tell
     finally:
         child.engine.dispose()
     return 0
+
+
+def _flush_printed() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
 
 
 def _reply(out: IO[bytes], reply: dict[str, Any]) -> None:

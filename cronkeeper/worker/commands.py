@@ -7,17 +7,19 @@
 - different digest and the job's version superseded, the schedule unknown to this worker, a
   version that does not exist, or a task schedule: REFUSE (permanent, dead letter at once).
 
-``run`` starts the child in a new session (its own process group) and, past the timeout, kills
-the whole group: SIGTERM, then SIGKILL after ``kill_grace`` seconds.
+``run`` starts the child in a new session (its own process group), reads its stdout and stderr
+(one pipe) into the attempt's capture and, past the timeout, kills the whole group: SIGTERM,
+then SIGKILL after ``kill_grace`` seconds (what it printed until then is kept).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import select
 import signal
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,6 +27,7 @@ from enum import StrEnum
 
 from cronkeeper import clock
 from cronkeeper.errors import UsageError
+from cronkeeper.output import Capture
 from cronkeeper.schedule.model import ScheduleSpec
 
 
@@ -106,7 +109,6 @@ def format_instant(at: datetime | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Exit:
     code: int | None  # None: timed out (the group was killed)
-    stderr_tail: str
 
 
 def run(
@@ -116,23 +118,97 @@ def run(
     *,
     on_start: Callable[[subprocess.Popen], None] = lambda p: None,
     kill_grace: float = 2.0,
+    capture: Capture | None = None,
 ) -> Exit:
-    """Run argv (never a shell); past ``timeout`` kill its whole process group."""
-    with tempfile.TemporaryFile() as err:
+    """Run argv (never a shell); past ``timeout`` kill its whole process group.
+
+    Its stdout and stderr are one pipe, read into ``capture`` by this thread while it waits:
+    both streams are the same pipe, so the kernel keeps the order in which the writes arrived
+    (two pipes and a reader cannot tell which of two writes came first). Without a capture
+    (``output_limit`` 0) both go to /dev/null."""
+    if capture is None:
         proc = subprocess.Popen(  # noqa: S603 - argv from the worker's own schedule files
-            list(argv), env=env, stdin=subprocess.DEVNULL, stderr=err, start_new_session=True
+            list(argv), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True,
         )
         on_start(proc)
         try:
-            code: int | None = proc.wait(timeout=max(timeout, 0.001))
+            return Exit(proc.wait(timeout=max(timeout, 0.001)))
         except subprocess.TimeoutExpired:
             kill_group(proc, kill_grace)
-            code = None
-        err.seek(0, os.SEEK_END)
-        size = err.tell()
-        err.seek(max(0, size - 2000))
-        tail = err.read().decode(errors="replace")
-    return Exit(code, tail)
+            return Exit(None)
+    deadline = clock.monotonic() + max(timeout, 0.001)
+    read_fd, write_fd = os.pipe()
+    try:
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - argv from the worker's own schedule files
+                list(argv), env=env, stdin=subprocess.DEVNULL, stdout=write_fd,
+                stderr=write_fd, start_new_session=True,
+            )
+        finally:
+            os.close(write_fd)
+        on_start(proc)
+        code = _read_until_exit(proc, read_fd, capture, deadline)
+        if code is None:
+            kill_group(proc, kill_grace)
+            _drain(read_fd, capture)  # what it printed until the kill
+        return Exit(code)
+    finally:
+        os.close(read_fd)
+
+
+def _read_until_exit(proc: subprocess.Popen, fd: int, capture: Capture, deadline: float) -> int | None:
+    """Read the pipe into ``capture`` until the child exits (its exit status) or the deadline
+    passes (None). Once the child has exited, what is in the pipe is read and the rest left: a
+    process it left running in the background may hold the pipe open for ever."""
+    os.set_blocking(fd, False)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    pidfd = _pidfd(proc.pid)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    try:
+        open_pipe = True
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return None
+            # Without a pidfd (an old kernel) the exit is noticed by looking every 50 ms.
+            wait = remaining if pidfd is not None else min(remaining, 0.05)
+            for ready, _ in poller.poll(max(1, math.ceil(wait * 1000))):
+                if ready == fd and not _drain(fd, capture):
+                    poller.unregister(fd)
+                    open_pipe = False
+            code = proc.poll()
+            if code is not None:
+                if open_pipe:
+                    _drain(fd, capture)
+                return code
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that becomes readable when the process exits (Linux 5.3+), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _drain(fd: int, capture: Capture) -> bool:
+    """Read what the pipe holds now into ``capture``; False at end of file."""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        capture.feed(data)
 
 
 def kill_group(proc: subprocess.Popen, grace: float) -> None:

@@ -85,15 +85,18 @@ class JobContext(JobFacts):
 
         return enqueue(self.connection, task, payload, key=key, schema=self.schema, **kwargs)
 
-    def complete(self, worker_id: str) -> bool:
+    def complete(self, worker_id: str, *, output: bytes | None = None,
+                 keep_output: bool = False) -> bool:
         """The job's fenced completion in the handler's transaction, then commit: True when
         committed; False when the fence refused it (lease lost), everything rolled back.
-        Raises when the statement or the commit fails (the caller rolls back)."""
+        Raises when the statement or the commit fails (the caller rolls back). With
+        ``keep_output`` (the schema keeps it) the attempt's ``output`` is written with it."""
         from cronkeeper.db.outbox_endings import outbox_complete
 
         assert self.job_id is not None
         done = outbox_complete(self.connection, worker_id=worker_id, ids=[self.job_id],
-                               attempts=[self.attempt])
+                               attempts=[self.attempt],
+                               outputs=[output] if keep_output else None)
         self.finish(commit=bool(done))
         return bool(done)
 

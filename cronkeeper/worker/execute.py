@@ -7,13 +7,16 @@ import logging
 
 from cronkeeper import clock, metrics
 from cronkeeper.db import outbox_endings as db
+from cronkeeper.db.attempts import attempts_output_record
 from cronkeeper.db.schedule_versions import versions_status
 from cronkeeper.errors import DatabaseError
+from cronkeeper.output import Capture
 from cronkeeper.worker import commands
 from cronkeeper.worker.async_context import AsyncJobContext
 from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
 from cronkeeper.worker.context import JobContext
 from cronkeeper.worker.invoke import Done, call_async
+from cronkeeper.worker.logcapture import capturing
 from cronkeeper.worker.pool import end_session
 from cronkeeper.worker.registry import Handler, Isolation, resolve
 from cronkeeper.worker.runtime import Host, Running
@@ -33,8 +36,12 @@ def execute(worker: Host, held: Running) -> Ending | None:
 def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
+    held.capture = worker.config.capture_for(job.schedule)
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
-        return settle_done(worker, held, worker.pool.run(held, end_session(worker.db)))
+        # The worker reads what the handler process prints (its log records included) into
+        # the capture; a job it committed itself has that written apart.
+        return settle_done(worker, held, worker.pool.run(held, end_session(worker.db)),
+                           output_apart=True)
     payload = handler.prepare(job.payload)
     if handler.is_async:
         return run_async(worker, held, handler.func, payload)
@@ -43,7 +50,8 @@ def run_task(worker: Host, held: Running) -> Ending | None:
         task=job.task, job_id=job.id, schema=worker.config.schema, engine=worker.engine,
     )
     held.ctx = ctx
-    handler.func(payload, ctx)
+    with capturing(held.capture):
+        handler.func(payload, ctx)
     return Ending(Kind.SUCCEEDED)
 
 
@@ -56,9 +64,11 @@ def run_async(worker: Host, held: Running, func: Handler, payload: object) -> En
     )
     # The runner cancels it; the supervisor steps in only if the loop itself is blocked.
     held.timeout_grace = 2 * cfg.kill_grace + 5.0
-    result = call_async(func, payload, ctx, cfg.worker_id, grace=cfg.kill_grace,
-                        timeout=max(0.0, held.deadline - clock.monotonic()),
-                        before_commit=held.settle)
+    with capturing(held.capture):  # the coroutine's tasks copy this context
+        result = call_async(func, payload, ctx, cfg.worker_id, grace=cfg.kill_grace,
+                            timeout=max(0.0, held.deadline - clock.monotonic()),
+                            before_commit=held.settle, output=held.output,
+                            keep_output=worker.output_column.present)
     if result.done is Done.FAILED:
         assert result.ending is not None
         if result.settled:
@@ -72,15 +82,34 @@ def run_async(worker: Host, held: Running, func: Handler, payload: object) -> En
     return settle_done(worker, held, str(result.done), settled=True)
 
 
-def settle_done(worker: Host, held: Running, done: Ending | str, settled: bool = False) -> Ending | None:
+def settle_done(worker: Host, held: Running, done: Ending | str, settled: bool = False,
+                output_apart: bool = False) -> Ending | None:
     """``done``: an Ending for the recorder, or the handler's own commit (committed, lost),
-    for which only the bookkeeping is left."""
+    for which only the bookkeeping is left (and, ``output_apart``, the attempt's output: a
+    handler process committed without it)."""
     if isinstance(done, Ending):
         return done
     if not settled and not held.settle():
         return None  # timed out or released meanwhile: that ending is recorded (fenced)
+    if output_apart:
+        record_output(worker, held)
     account_commit(worker, held, committed=done == Done.COMMITTED)
     return None
+
+
+def record_output(worker: Host, held: Running) -> None:
+    """Write the attempt's output on its own (a handler process committed its job)."""
+    output = held.output()
+    if output is None or not worker.output_column.present:
+        return
+    try:
+        with worker.db.statement("recording a job's output") as conn:
+            attempts_output_record(conn, job_id=held.job.id, attempt=held.job.attempt,
+                                   output=output)
+    except DatabaseError:
+        log.warning("output not recorded: job=%d key=%s attempt=%d: the database is away",
+                    held.job.id, held.job.key, held.job.attempt,
+                    extra={"action": "output_unrecorded"})
 
 
 def account_commit(worker: Host, held: Running, *, committed: bool) -> None:
@@ -129,12 +158,14 @@ def run_command(worker: Host, held: Running) -> Ending | None:
     def on_start(proc):  # noqa: ANN001
         held.proc = proc
 
+    limit = decision.spec.output_limit
+    held.capture = Capture(limit) if limit > 0 else None
     try:
         result = commands.run(decision.spec.command, env, job.timeout, on_start=on_start,
-                              kill_grace=cfg.kill_grace)
+                              kill_grace=cfg.kill_grace, capture=held.capture)
     except OSError as exc:
         return Ending(Kind.PERMANENT, f"cannot start {decision.spec.command[0]!r}: {exc}")
     if result.code is None:
-        return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: process group killed"
-                      + (f": {result.stderr_tail.strip()[-500:]}" if result.stderr_tail.strip() else ""))
-    return exit_ending(result.code, decision.spec.permanent_exit_codes, result.stderr_tail[-500:])
+        return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: process group killed")
+    # The output's tail goes with the error (cronkeeper.output.with_tail, in the recorder).
+    return exit_ending(result.code, decision.spec.permanent_exit_codes)

@@ -122,10 +122,12 @@ def call_sync(func: Callable[[Any, Any], Any], payload: Any, ctx: Any, worker_id
 def call_async(
     func: Callable[[Any, Any], Any], payload: Any, ctx: Any, worker_id: str, *,
     timeout: float | None, grace: float, before_commit: Callable[[], bool] = lambda: True,
+    output: Callable[[], bytes | None] = lambda: None, keep_output: bool = False,
 ) -> Result:
     """An ``async def`` handler on this thread's loop, cancelled past ``timeout``; its
     transaction commits with the completion once ``before_commit()`` (the runner settling the
-    job) says the attempt is still ours."""
+    job) says the attempt is still ours, with the attempt's ``output()`` when ``keep_output``
+    (the schema keeps it)."""
     outcome = run_coroutine(func(payload, ctx), timeout, grace)
     if outcome.stuck:
         ctx.drop()
@@ -145,7 +147,8 @@ def call_async(
         _quietly(ctx.finish(commit=False), ctx)
         return Result(Done.DROPPED)
     try:
-        return Result(Done.COMMITTED if run_on_loop(ctx.complete(worker_id)) else Done.LOST)
+        committed = run_on_loop(ctx.complete(worker_id, output=output(), keep_output=keep_output))
+        return Result(Done.COMMITTED if committed else Done.LOST)
     except Exception as exc:  # noqa: BLE001 - the commit failed: the attempt failed
         _quietly(ctx.finish(commit=False), ctx)
         return Result(Done.FAILED, Ending(Kind.RETRYABLE, f"committing the job's transaction "

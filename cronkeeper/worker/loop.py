@@ -30,12 +30,13 @@ from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox_claims as db
 from cronkeeper.db.engine import Engine, serial_lock_key
 from cronkeeper.errors import DatabaseError
+from cronkeeper.worker import logcapture
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import account_commit, execute
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
-from cronkeeper.worker.runtime import Ahead, Running, WorkerConfig
+from cronkeeper.worker.runtime import Ahead, OutputColumn, Running, WorkerConfig
 from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.worker")
@@ -72,6 +73,7 @@ class Worker:
         self.abandoned: list[threading.Thread] = []
         self.exit_code = 0
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "lost": 0}
+        self.output_column = OutputColumn()  # does the schema keep attempts' output?
 
     # -- control ---------------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class Worker:
     def run(self) -> int:
         cfg = self.config
         self._register_until_up()
+        self.db.until_done("reading the schema", self._stopping, self.output_column.check)
+        logcapture.install()
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self._supervise_loop, name="supervisor", daemon=True)
         if cfg.isolation == "process":
@@ -291,7 +295,8 @@ class Worker:
         ctx = held.ctx
         assert ctx is not None
         try:
-            committed = ctx.complete(self.config.worker_id)
+            committed = ctx.complete(self.config.worker_id, output=held.output(),
+                                     keep_output=self.output_column.present)
         except Exception as exc:  # noqa: BLE001 - the commit failed: the attempt failed
             ctx.finish(commit=False)
             return Ending(Kind.RETRYABLE, f"committing the job's transaction failed: {exc}")
@@ -310,6 +315,7 @@ class Worker:
         heartbeat extends it) until ``recorded``, so an ending kept while the database is away
         is not lost to the reaper, and the job not run again, when it answers again."""
         held.ended = clock.monotonic()
+        held.output()  # what it printed until now (an abandoned handler may log on)
         with self._lock:
             self.running.pop(held.job.id, None)
             self.recording[(held.job.id, held.job.attempt)] = held

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from cronkeeper import clock
 from cronkeeper.db.engine import Engine
 from cronkeeper.errors import DatabaseError
+from cronkeeper.output import Capture
 from cronkeeper.worker.child import LAUNCH, MAX_FRAME, read_frame, write_frame
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.commands import format_instant, kill_group
@@ -54,46 +55,89 @@ _TIMEOUT = object()
 
 
 class ChildProcess:
-    """One handler process and the two pipes to it."""
+    """One handler process, the two pipes of its protocol, and the pipe that is its stdout and
+    stderr (what it prints, its log records included: ``logcapture.child_setup``), read into
+    the running job's capture, or passed on to the worker's stderr between jobs."""
 
     def __init__(self, init: dict[str, Any]) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        printed_r, printed_w = os.pipe()
         try:
             self.popen = subprocess.Popen(  # noqa: S603 - our own module, our interpreter
                 [sys.executable, "-c", LAUNCH, str(to_child_r),
                  str(from_child_w), str(os.getpid())],
                 pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                stdout=printed_w, stderr=printed_w, start_new_session=True,
             )
+        except BaseException:
+            os.close(printed_r)
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
+            os.close(printed_w)
         self.pid = self.popen.pid
         self._out = os.fdopen(to_child_w, "wb")
         self._in = os.fdopen(from_child_r, "rb", buffering=0)  # unbuffered: poll() is exact
+        self._in_fd = from_child_r
+        self._printed: int | None = printed_r
+        os.set_blocking(printed_r, False)
         self._poll = select.poll()
         self._poll.register(from_child_r, select.POLLIN)
+        self._poll.register(printed_r, select.POLLIN)
         self.ready = False
         self.jobs = 0
         self.rss_kib = 0
         write_frame(self._out, init)
 
-    def read(self, deadline: float) -> dict[str, Any] | None | object:
-        """The next message; None when the child is gone; _TIMEOUT past ``deadline``."""
-        remaining = deadline - clock.monotonic()
-        if remaining <= 0:
-            return _TIMEOUT
-        try:  # poll, not select: a pool of hundreds of children passes select's fd limit
-            events = self._poll.poll(max(1, int(remaining * 1000)))
-        except (OSError, ValueError):
-            return None
-        if not events:
-            return _TIMEOUT
+    def read(self, deadline: float, capture: Capture | None = None) -> dict[str, Any] | None | object:
+        """The next message; None when the child is gone; _TIMEOUT past ``deadline``. What
+        it prints meanwhile goes to ``capture`` (None: the worker's stderr); once a message
+        came, what it printed before that message is read too."""
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return _TIMEOUT
+            try:  # poll, not select: a pool of hundreds of children passes select's fd limit
+                events = self._poll.poll(max(1, int(remaining * 1000)))
+            except (OSError, ValueError):
+                return None
+            if not events:
+                return _TIMEOUT
+            ready = {fd for fd, _ in events}
+            if self._printed is not None and self._printed in ready:
+                self.take_printed(capture)
+            if self._in_fd in ready:
+                break
         try:
             return read_frame(self._in)
         except (OSError, ValueError):
             return None
+        finally:
+            self.take_printed(capture)
+
+    def take_printed(self, capture: Capture | None) -> None:
+        """Read what the child printed so far into ``capture`` (None: the worker's stderr)."""
+        fd = self._printed
+        if fd is None:
+            return
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:  # every writer is gone: the child (and what it started) ended
+                self._poll.unregister(fd)
+                os.close(fd)
+                self._printed = None
+                return
+            if capture is not None:
+                capture.feed(data)
+            else:
+                _to_stderr(data)
 
     def wait_ready(self) -> str | None:
         """None once the child is ready, else what went wrong."""
@@ -114,9 +158,11 @@ class ChildProcess:
         except (OSError, ValueError):
             return False
 
-    def kill(self, grace: float) -> None:
-        """Kill the child's process group (what the handler started too) and reap the child."""
+    def kill(self, grace: float, capture: Capture | None = None) -> None:
+        """Kill the child's process group (what the handler started too) and reap the child;
+        what it printed until then goes to ``capture``."""
         kill_group(self.popen, grace)
+        self.take_printed(capture)
         self._close()
 
     def exit_text(self) -> str:
@@ -155,6 +201,18 @@ class ChildProcess:
         for stream in (self._out, self._in):
             with contextlib.suppress(OSError):
                 stream.close()
+        fd, self._printed = self._printed, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _to_stderr(data: bytes) -> None:
+    """What a handler process printed outside any job: the worker's stderr, as before."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.flush()
+        sys.stderr.buffer.write(data)
+        sys.stderr.buffer.flush()
 
 
 class ProcessPool:
@@ -184,7 +242,9 @@ class ProcessPool:
     def _spawn(self) -> ChildProcess:
         # From one long-lived thread: a child's PR_SET_PDEATHSIG fires when the *thread* that
         # started it ends, and runner threads may end (abandoned by a timed-out sync handler).
-        child = self._spawner.submit(ChildProcess, self._init).result()
+        # Records at the level the worker's root logger passes (logcapture.install).
+        init = {**self._init, "log_level": logging.getLogger().getEffectiveLevel()}
+        child = self._spawner.submit(ChildProcess, init).result()
         with self._lock:
             self._all.add(child)
             self.started_total += 1
@@ -231,10 +291,11 @@ class ProcessPool:
             "scheduled_for": format_instant(job.scheduled_for) or None,
         })
         backend: int | None = None
+        capture = held.capture
         while True:
-            msg = child.read(held.deadline) if sent else None
+            msg = child.read(held.deadline, capture) if sent else None
             if msg is _TIMEOUT:
-                child.kill(cfg.kill_grace)
+                child.kill(cfg.kill_grace, capture)
                 self._drop(child, replace=True)
                 if backend is not None:
                     end_session(backend)
@@ -244,6 +305,7 @@ class ProcessPool:
                 return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: handler process "
                               f"{child.pid} and its process group killed")
             if not isinstance(msg, dict):
+                child.take_printed(capture)  # a crash's last words
                 text = child.exit_text()
                 self._drop(child, replace=not held.released)  # a drain needs no replacement
                 if backend is not None:

@@ -17,6 +17,7 @@ from cronkeeper import clock, metrics
 from cronkeeper.claiming import ReconnectBackoff
 from cronkeeper.db import outbox_endings as db
 from cronkeeper.errors import DatabaseError
+from cronkeeper.output import with_tail
 from cronkeeper.worker.classify import Ending, Kind, next_state
 from cronkeeper.worker.runtime import Host, Running
 
@@ -82,6 +83,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     ok_ages: list[float] = []  # seconds since each attempt ended (kept while the database was away)
     failed_helds: list[Running] = []
     failures: list[db.Failure] = []
+    keep = _output_kept(worker)
     for held, ending in pending:
         job = held.job
         age = max(0.0, now - held.ended) if held.ended else 0.0
@@ -91,18 +93,17 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
             continue
         failed_helds.append(held)
         if held.released:
-            failures.append(db.Failure(job.id, job.attempt, "available", 0.0, ending.error,
-                                       "released", age))
+            failures.append(_failure(held, "available", 0.0, ending.error, "released", age, keep))
             continue
         nxt = next_state(ending, job.attempt, job.max_attempts, job.backoff, worker.rand.random())
-        failures.append(db.Failure(job.id, job.attempt, nxt.state, nxt.delay, nxt.error,
-                                   nxt.outcome, age))
+        failures.append(_failure(held, nxt.state, nxt.delay, nxt.error, nxt.outcome, age, keep))
     lost = 0
     if ok:
         with worker.db.statement("recording job endings") as conn:
             done = db.outbox_complete(
                 conn, worker_id=cfg.worker_id, ids=[h.job.id for h in ok],
-                attempts=[h.job.attempt for h in ok], ages=ok_ages)
+                attempts=[h.job.attempt for h in ok], ages=ok_ages,
+                outputs=[h.output() for h in ok] if keep else None)
         worker.stats["succeeded"] += len(done)
         lost += len(ok) - len(done)
         # Committed: a retry after a failure below must not present these again.
@@ -110,7 +111,8 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
         worker.recorded(ok)
     if failures:
         with worker.db.statement("recording job endings") as conn:
-            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures)
+            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures,
+                                    keep_output=keep)
         worker.stats["failed"] += len(failed)
         lost += len(failures) - len(failed)
         worker.recorded(failed_helds)
@@ -122,6 +124,29 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     for f in failures:
         log.info("job failed: job=%d attempt=%d next=%s outcome=%s error=%s",
                  f.id, f.attempt, f.state, f.outcome, f.error[:200], extra={"action": "job_failed"})
+
+
+def _output_kept(worker: Host) -> bool:
+    """Whether the schema keeps output (looked up again once a minute while it does not)."""
+    column = worker.output_column
+    if column.due():
+        try:
+            with worker.db.statement("reading the schema") as conn:
+                column.check(conn)
+        except DatabaseError:
+            pass  # the endings' own statements will say so
+    return column.present
+
+
+def _failure(held: Running, state: str, delay: float, error: str, outcome: str, age: float,
+             keep: bool) -> db.Failure:
+    """A failed attempt: with its output when the schema keeps it, the job's last_error then
+    carrying the output's tail; else the tail goes with the attempt's error too."""
+    job, output = held.job, held.output()
+    if keep:
+        return db.Failure(job.id, job.attempt, state, delay, error, outcome, age, output,
+                          with_tail(error, output))
+    return db.Failure(job.id, job.attempt, state, delay, with_tail(error, output), outcome, age)
 
 
 def _observe(pending: list[tuple[Running, Ending]], failures: list[db.Failure]) -> None:

@@ -12,10 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from cronkeeper import clock
 from cronkeeper.claiming import ClaimingDatabase
-from cronkeeper.db.engine import Engine
+from cronkeeper.db.attempts import attempts_output_column
+from cronkeeper.db.engine import Connection, Engine
 from cronkeeper.db.outbox_claims import OutboxJob
-from cronkeeper.schedule.model import ScheduleSpec
+from cronkeeper.output import Capture
+from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT, ScheduleSpec
 from cronkeeper.worker.classify import Ending
 from cronkeeper.worker.context import JobContext
 
@@ -45,6 +48,18 @@ class WorkerConfig:
     specs: dict[str, ScheduleSpec] = field(default_factory=dict)
     schedules_digest: str = ""
     version: str = ""
+    # Bytes of output kept per attempt of a job whose schedule is not in ``specs`` (enqueued
+    # jobs; task schedules whose files this worker lacks): --output-limit. 0 keeps nothing.
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
+
+    def output_limit_of(self, schedule: str | None) -> int:
+        """The output kept for a job of ``schedule``: its spec's, else the worker's."""
+        spec = self.specs.get(schedule) if schedule is not None else None
+        return spec.output_limit if spec is not None else self.output_limit
+
+    def capture_for(self, schedule: str | None) -> Capture | None:
+        limit = self.output_limit_of(schedule)
+        return Capture(limit) if limit > 0 else None
 
     @property
     def heartbeat_interval(self) -> float:
@@ -71,7 +86,12 @@ class Running:
     released: bool = False
     ended: float = 0.0
     timeout_grace: float = 0.0  # the supervisor times it out this long after its deadline
+    capture: Capture | None = None  # what the attempt printed (None: nothing kept)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def output(self) -> bytes | None:
+        """What the attempt printed, final from the first call (later lines are not kept)."""
+        return self.capture.close() if self.capture is not None else None
 
     def settle(self, *, timed_out: bool = False) -> bool:
         """Claim the right to record this job's ending (once: worker, watchdog or drain).
@@ -117,6 +137,26 @@ class Ahead:
         return min(self.batch_size, int(self.concurrency * self.HORIZON / max(mean, 1e-6)))
 
 
+class OutputColumn:
+    """Whether the schema keeps attempts' output (``attempts.output``, migrations/0010). A
+    worker also runs on the previous release's schema, which lacks it: there it keeps each
+    attempt's output only for the tail its errors carry, and looks again once a minute, so
+    that after ``cronkeeper migrate`` it stores output without a restart."""
+
+    RECHECK = 60.0
+
+    def __init__(self) -> None:
+        self.present = False
+        self._next_check = 0.0
+
+    def due(self) -> bool:
+        return not self.present and clock.monotonic() >= self._next_check
+
+    def check(self, conn: Connection) -> None:
+        self._next_check = clock.monotonic() + self.RECHECK
+        self.present = attempts_output_column(conn)
+
+
 class HandlerProcesses(Protocol):
     """The pool of handler processes (``pool.ProcessPool``), as ``execute`` uses it."""
 
@@ -137,6 +177,7 @@ class Host(Protocol):
     recorder_done: threading.Event
     drain_deadline: float | None
     running: dict[int, Running]
+    output_column: OutputColumn
 
     @property
     def pool(self) -> HandlerProcesses:

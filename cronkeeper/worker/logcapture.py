@@ -1,0 +1,166 @@
+"""A handler's ``logging`` records, kept with its attempt's output.
+
+Thread isolation: one handler on the root logger (``install``) hands each record to the capture
+of the job whose code emitted it, found in a context variable that the runner thread sets
+around the handler (``capturing``). A context variable, not the thread's identity: an ``async
+def`` handler's tasks, and what it runs with ``asyncio.to_thread``, copy the context they were
+created in, so they are found too; two jobs running side by side on two runner threads each
+see only their own. A thread the handler starts itself (``threading.Thread``) starts with an
+empty context: its records are not kept (as a thread pool's, unless it copies the context).
+
+Process isolation: the handler process writes its records to its stderr (``child_setup``),
+which is the pipe the worker reads the attempt's output from, so they arrive in order with
+what the handler prints.
+
+Which records: those that reach the root logger. An application that set the root logger's
+level keeps it; one left at the default (WARNING) is lowered to INFO, so that a handler's
+``log.info`` lines are kept, and handlers already on the root logger keep the level they
+printed at. Records outside any job are handled as before: a WARNING or worse with no other
+handler in its way goes to ``logging.lastResort`` (stderr), as it did without this one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import sys
+import time
+
+from cronkeeper.output import Capture
+
+_current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "cronkeeper_job_output", default=None)
+_stamp: tuple[int, str] = (-1, "")  # the last second seen, formatted (up to the ".")
+
+
+def line(record: logging.LogRecord) -> str:
+    """``2026-03-08T07:00:01.250Z INFO myapp.billing: message``, then the traceback if any."""
+    global _stamp
+    created = record.created
+    second = int(created)
+    cached = _stamp
+    if cached[0] != second:  # one strftime per second of records, not one per record
+        cached = _stamp = (second, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second)))
+    text = (f"{cached[1]}{_MILLIS[int((created - second) * 1000)]} {record.levelname} "
+            f"{record.name}: {record.getMessage()}\n")
+    if record.exc_info or record.exc_text or record.stack_info:
+        text += _details(record)
+    return text
+
+
+_MILLIS = [f"{ms:03d}Z" for ms in range(1000)]
+
+
+def _details(record: logging.LogRecord) -> str:
+    formatter = logging.Formatter()
+    parts = []
+    if record.exc_info:
+        parts.append(formatter.formatException(record.exc_info))
+    elif record.exc_text:
+        parts.append(record.exc_text)
+    if record.stack_info:
+        parts.append(formatter.formatStack(record.stack_info))
+    return "\n".join(parts) + "\n"
+
+
+class JobLogCapture(logging.Handler):
+    """On the root logger: a record goes to the capture of the job that emitted it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fallback_level = logging.WARNING  # the root's level before install: lastResort's
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # No handler lock: a capture takes its own, and most records belong to no job.
+        capture = _current.get()
+        if capture is not None:
+            try:
+                capture.feed_line(line(record))
+            except Exception:  # noqa: BLE001 - a record that cannot be formatted: as logging does
+                self.handleError(record)
+        elif record.levelno >= self.fallback_level and not _handled_elsewhere(record, self):
+            last = logging.lastResort
+            if last is not None and record.levelno >= last.level:
+                last.handle(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:  # pragma: no cover - handle() does it
+        self.handle(record)
+
+
+def _handled_elsewhere(record: logging.LogRecord, mine: logging.Handler) -> bool:
+    """Whether another handler on the record's way to the root took it (then lastResort,
+    which only speaks when nobody did, would not have spoken)."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(h is not mine for h in logger.handlers):
+            return True
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return False
+
+
+_installed: JobLogCapture | None = None
+
+
+def install() -> JobLogCapture:
+    """Put the capture on the root logger (once per process)."""
+    global _installed
+    if _installed is not None:
+        return _installed
+    root = logging.getLogger()
+    handler = JobLogCapture()
+    handler.fallback_level = root.level or logging.WARNING
+    if root.level > logging.INFO:
+        for other in root.handlers:
+            if other.level == logging.NOTSET:
+                other.setLevel(handler.fallback_level)  # they print what they printed before
+        root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    _installed = handler
+    return handler
+
+
+class capturing:  # noqa: N801 - used as a function: ``with capturing(capture):``
+    """The records emitted in this context (and the tasks it starts) go to ``capture``. A
+    class rather than a generator: it runs around every job."""
+
+    __slots__ = ("_capture", "_token")
+
+    def __init__(self, capture: Capture | None) -> None:
+        self._capture = capture
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._capture)
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._token)
+
+
+class _StderrRecords(logging.Handler):
+    """In a handler process: every record, as a line on stderr (the attempt's output pipe)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = sys.stderr
+            stream.write(line(record))
+            stream.flush()
+        except Exception:  # noqa: BLE001 - as logging does
+            self.handleError(record)
+
+
+def child_setup(level: int) -> None:
+    """A handler process: stdout written through at each line (so that prints and records
+    arrive in the order they were made), and the root logger's records written to stderr
+    at ``level``, unless a handler of the application already writes them there."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
+    root = logging.getLogger()
+    if root.level > level:
+        root.setLevel(level)
+    streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    if not any(isinstance(h, logging.StreamHandler) and h.stream in streams for h in root.handlers):
+        root.addHandler(_StderrRecords())

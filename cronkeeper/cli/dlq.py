@@ -26,6 +26,7 @@ from cronkeeper.operations.dlq import (
     show_document,
     tasks_touched,
 )
+from cronkeeper.output import escape_text
 
 
 def filters(func):
@@ -68,7 +69,7 @@ def list_command(database_url, schema, cluster, schedule, task, older_than, newe
     for r in rows:
         click.echo(f"{r['id']:>8}  {(iso(r['dead_at']) or '')[:20]:20}  {safe(r['task'])[:24]:24}  "
                    f"{r['attempts']:>3}  {safe(r['idempotency_key'])}")
-        click.echo(f"{'':>8}  {safe(r['last_error'] or '')[:200]}")
+        click.echo(f"{'':>8}  {safe((r['last_error'] or '').partition(chr(10))[0])[:200]}")
     click.echo(f"{len(rows)} dead letter{'s' if len(rows) != 1 else ''}")
 
 
@@ -86,8 +87,13 @@ def show_command(database_url, schema, cluster, job_id, fmt) -> None:
         click.echo(dumps(item))
         return
     for key in ("id", "idempotency_key", "schedule", "task", "owner", "scheduled_for", "created_at",
-                "dead_at", "attempts", "max_attempts", "last_error"):
+                "dead_at", "attempts", "max_attempts"):
         click.echo(f"{key:16} {safe(item[key])}")
+    # last_error may span lines: the error, then the tail of the last attempt's output.
+    first, *rest = escape_text(item["last_error"] or "").split("\n")
+    click.echo(f"{'last_error':16} {first}")
+    for line in rest:
+        click.echo(f"{'':16} {line}")
     click.echo(f"{'payload':16} {safe(json.dumps(item['payload']))}")
     for a in item["attempt_log"]:
         click.echo(f"  attempt {a['attempt']}: {a['outcome']} by {safe(a['worker_id'])} "

@@ -1,5 +1,5 @@
 """cronkeeper explain KEY: one period's (or job's) whole story: the decision, the emission, each
-attempt (with its run time) and the final state, and the attempts' run time against the
+attempt (with its run time, and its output's size and last 10 lines) and the final state, and the attempts' run time against the
 schedule's p99 and timeout (docs/worker.md, docs/observability.md). The story itself is
 ``cronkeeper.operations.explain``; this renders it."""
 
@@ -39,6 +39,20 @@ def runtime_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def output_lines(key: str, attempt: dict[str, Any]) -> list[str]:
+    """What an attempt printed: its size and last lines (escaped by the story already)."""
+    size = attempt.get("output_bytes")
+    if size is None:
+        return ["  output: none kept"] if attempt["outcome"] else []
+    if size == 0:
+        return ["  output: nothing printed"]
+    lines = attempt["output_last_lines"]
+    more = f"; last {len(lines)} line{'s' if len(lines) != 1 else ''}:" if lines else ""
+    head = (f"  output: {size:,} bytes (all: cronkeeper output {safe(key)} --attempt "
+            f"{attempt['attempt']}){more}")
+    return [head] + [f"  | {line}" for line in lines]
+
+
 @click.command("explain")
 @database_options
 @click.argument("key")
@@ -74,6 +88,8 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
         took = f" ({seconds(a['duration_seconds'])})" if a["duration_seconds"] is not None else ""
         click.echo(f"attempt {a['attempt']}: {a['outcome'] or 'running'} by {safe(a['worker_id'])} "
                    f"{a['started_at']} .. {a['finished_at'] or '-'}{took}{err}")
+        for line in output_lines(key, a):
+            click.echo(line)
     if e and e.get("published_at"):
         outcome = {"published": "outcome not reported yet (or the target cannot tell)",
                    "succeeded": f"the target reported it succeeded at {e['finished_at']}",
@@ -83,5 +99,6 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
     for line in runtime_lines(result):
         click.echo(line)
     final = result["final_state"]
-    extra = f" - {safe(e['last_error'])}" if e and e.get("last_error") else ""
+    # The error only: the output's tail that last_error carries is shown with its attempt above.
+    extra = f" - {safe(e['last_error'].partition(chr(10))[0])}" if e and e.get("last_error") else ""
     click.echo(f"final state: {final}{extra}")

@@ -25,6 +25,7 @@ COMMANDS = {
     "relay": "relay",
     "dlq": "dlq",
     "explain": "explain",
+    "output": "output",
     "history": "history",
     "import": "import_cmd",
     "web": "web",

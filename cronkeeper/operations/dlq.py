@@ -11,6 +11,7 @@ from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db_outbox
 from cronkeeper.db.engine import Engine, translate_errors
 from cronkeeper.errors import UsageError
+from cronkeeper.operations.output import attempt_view
 from cronkeeper.timing.durations import parse_duration
 
 
@@ -48,13 +49,14 @@ def list_document(rows: list[dict]) -> list[dict[str, Any]]:
 
 
 def show_document(engine: Engine, row: dict) -> dict[str, Any]:
-    """``dlq show --format json``: one dead letter with every attempt."""
+    """``dlq show --format json``: one dead letter with every attempt (each with its output's
+    size and last lines; ``last_error`` ends with the tail of the last attempt's output)."""
     with engine.connect() as conn:
         attempts = db_attempts.attempts_for_job(conn, row["id"])
     return {**_item(row), "payload": row["payload"], "owner": row["owner"],
             "max_attempts": row["max_attempts"], "scheduled_for": iso(row["scheduled_for"]),
             "created_at": iso(row["created_at"]),
-            "attempt_log": [{**a, "started_at": iso(a["started_at"]),
+            "attempt_log": [{**attempt_view(a), "started_at": iso(a["started_at"]),
                              "finished_at": iso(a["finished_at"])} for a in attempts]}
 
 

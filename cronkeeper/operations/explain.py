@@ -1,5 +1,5 @@
 """One period's (or job's) whole story: the decision, the emission, each attempt with its run
-time, the final state, and the schedule's run time against its timeout (``cronkeeper explain``
+time and what it printed (its size and last 10 lines, escaped), the final state, and the schedule's run time against its timeout (``cronkeeper explain``
 and the web's explain pages tell the same one)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from cronkeeper.db.outbox import outbox_get_by_key
 from cronkeeper.db.periods import periods_get
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.errors import CronkeeperError
+from cronkeeper.operations.output import attempt_view
 from cronkeeper.planning import period_of_key
 from cronkeeper.runtimes import SAMPLE, json_fields, runtime_of
 
@@ -45,7 +46,8 @@ def story(conn: Any, key: str) -> dict[str, Any]:
         "key": key,
         "decision": clean(period),
         "emission": clean(job),
-        "attempts": [{**clean(a), "duration_seconds": _duration(a)} for a in attempts],
+        "attempts": [{**clean(attempt_view(a)), "duration_seconds": _duration(a)}
+                     for a in attempts],
         "final_state": job["state"] if job else (period["outcome"] if period else None),
         "runtime": runtime_story(conn, job),
     }

@@ -19,6 +19,7 @@ from werkzeug.wrappers import Response as WerkzeugResponse
 from cronkeeper import __version__
 from cronkeeper.errors import CronkeeperError, DatabaseError
 from cronkeeper.operations.leadership import leaderless
+from cronkeeper.output import escape_text
 from cronkeeper.web import security
 from cronkeeper.web.context import Context, login_redirect
 from cronkeeper.web.security import AUTH_COOKIE, SESSION_COOKIE, WebConfig
@@ -32,6 +33,8 @@ def create_app(context: Context) -> Flask:
     app.extensions["cronkeeper"] = context
     app.jinja_env.globals.update(version=__version__, cluster=context.cluster)
     app.jinja_env.autoescape = True  # every template, whatever its name ends with
+    # Text a job wrote (errors, output tails): control characters shown as \xNN, then escaped.
+    app.jinja_env.filters["controls"] = escape_text
 
     @app.before_request
     def gate() -> WerkzeugResponse | None:

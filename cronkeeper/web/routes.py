@@ -4,6 +4,7 @@ prints for ``--format json``, made by the same function."""
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from flask import Flask, Response, abort, g, redirect, render_template, request, url_for
@@ -14,7 +15,9 @@ from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
 from cronkeeper.operations import dlq as dead_letters
 from cronkeeper.operations import explain as period_story
 from cronkeeper.operations import history as audit_history
+from cronkeeper.operations import output as job_output
 from cronkeeper.operations import status as cluster_status
+from cronkeeper.output import as_text
 from cronkeeper.timing import TimingError, parse_instant
 from cronkeeper.web import pages, security
 from cronkeeper.web.context import ctx, login_redirect
@@ -216,6 +219,20 @@ def register(app: Flask) -> None:
                 raise
             except CronkeeperError as exc:
                 abort(404, str(exc))
+
+    @app.get("/api/output/<path:key>")
+    def api_output(key: str):
+        """What an attempt printed, as ``cronkeeper output`` gives it, but as text: invalid
+        UTF-8 replaced (U+FFFD). 404 for an unknown key or attempt."""
+        attempt = request.args.get("attempt")
+        if attempt is not None and not re.fullmatch(r"-?\d{1,9}", attempt):
+            abort(400, "attempt must be a whole number")
+        try:
+            found = job_output.attempt_output(ctx().engine, key,
+                                              int(attempt) if attempt is not None else None)
+        except job_output.OutputNotFound as exc:
+            abort(404, str(exc))
+        return Response(as_text(found.output or b""), content_type="text/plain; charset=utf-8")
 
     @app.get("/api/csrf")
     def api_csrf():

@@ -100,7 +100,10 @@ def test_each_left_out_line_is_reported_with_its_line_and_reason(converted) -> N
         number = lines_of(lines, reason)
         assert text[number - 1] == source_line, reason
     assert "6 left out" in done.stderr and "26 schedules converted" in done.stderr
-    assert lines[5].startswith("warning: MAILTO: cronkeeper mails no output")
+    mailto = lines[5]
+    assert mailto.startswith("warning: MAILTO: cronkeeper keeps each run's output")
+    assert "`cronkeeper output KEY`" in mailto and "`cronkeeper history`" in mailto
+    assert "lost" not in mailto and "mails no output" not in mailto
 
 
 def lines_of(lines: dict[int, str], needle: str) -> int:

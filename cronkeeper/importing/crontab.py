@@ -10,8 +10,8 @@ Line by line, as cronie's ``load_entry``/``load_env``:
 - ``NAME=VALUE`` (spaces around ``=`` allowed, a value in matching quotes unquoted) sets a
   variable for the lines below it. ``CRON_TZ`` (else ``TZ``) is the zone of the entries below,
   overriding ``--timezone``. ``SHELL`` is the shell that runs a command needing one.
-  ``MAILTO`` becomes ``owner`` unless ``--owner`` is given (output is not mailed: said in the
-  header). cronie's ``RANDOM_DELAY`` (minutes) becomes ``jitter``. Every other variable (``PATH``,
+  ``MAILTO`` becomes ``owner`` unless ``--owner`` is given (output is kept per run for
+  ``cronkeeper output`` rather than mailed: said in the header and the warning). cronie's ``RANDOM_DELAY`` (minutes) becomes ``jitter``. Every other variable (``PATH``,
   ``HOME``, ``TZ``, your own) is passed to the command as cron did, through ``/usr/bin/env
   NAME=VALUE ...`` in front of the argv;
 - an entry is 5 time fields (or an ``@`` macro), then in a system crontab (``/etc/crontab``,
@@ -54,11 +54,13 @@ _BUILTINS = {"cd", "export", "source", ".", "if", "for", "while", "until", "case
 _CRON_VARIABLES = {"MAILTO", "MAILFROM", "CRON_TZ", "SHELL", "RANDOM_DELAY", "CONTENT_TYPE",
                    "CONTENT_TRANSFER_ENCODING"}  # cron's own; not passed to the command
 _MAIL_VARIABLES = {
-    "MAILTO": "MAILTO: cronkeeper mails no output; the address becomes the owner of the entries "
-              "below (alerted about their dead letters and misses) unless --owner is given",
-    "MAILFROM": "MAILFROM: cronkeeper mails no output; not carried over",
-    "CONTENT_TYPE": "CONTENT_TYPE: cronkeeper mails no output; not carried over",
-    "CONTENT_TRANSFER_ENCODING": "CONTENT_TRANSFER_ENCODING: cronkeeper mails no output; not "
+    "MAILTO": "MAILTO: cronkeeper keeps each run's output instead of mailing it (read it with "
+              "`cronkeeper output KEY`; `cronkeeper history` lists the runs); the address "
+              "becomes the owner of the entries below (alerted about their dead letters and "
+              "misses) unless --owner is given",
+    "MAILFROM": "MAILFROM: cronkeeper sends no mail; not carried over",
+    "CONTENT_TYPE": "CONTENT_TYPE: cronkeeper sends no mail; not carried over",
+    "CONTENT_TRANSFER_ENCODING": "CONTENT_TRANSFER_ENCODING: cronkeeper sends no mail; not "
                                  "carried over",
 }
 _TEMPLATE = re.compile(r"(?i)\s*m\s+h\s+dom\s+mon\s+dow\b|\s*min(ute)?\s+hour\b")
@@ -76,7 +78,8 @@ HEADER = (
     "  running (overlap = \"skip\", the default). Set overlap = \"allow\" to keep cron's way.",
     "- cron had no timeout; cronkeeper's worker kills a job after `timeout` (default 10m): set",
     "  it above each command's longest run.",
-    "- cron mailed output to MAILTO; cronkeeper alerts `owner` about dead letters and misses.",
+    "- cron mailed output to MAILTO; cronkeeper keeps each run's output (`cronkeeper output KEY`,",
+    "  `cronkeeper explain KEY`) and alerts `owner` about dead letters and misses.",
     "- commands run as the worker's user, with the worker's environment plus the variables",
     "  the crontab set (passed through /usr/bin/env).",
 )

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 from daemon_harness import wait_for
-from handlers_for_tests import cronkeeper_exe, q, spawn_worker
+from handlers_for_tests import cronkeeper_exe, q
 from web_seed import WebServer
 
 import cronkeeper
@@ -86,15 +86,11 @@ INTERLEAVE = (
 )
 
 
-def test_stdout_and_stderr_interleaved_in_arrival_order(engine, schema, database_url,
+def test_stdout_and_stderr_interleaved_in_arrival_order(engine, schema, database_url, spawned_workers,
                                                          command_schedule):
     schedules, job = command_schedule([PY, "-u", "-c", INTERLEAVE])
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "succeeded", proc)
     expected = "".join(f"{i} {'out' if i % 2 == 0 else 'err'}\n" for i in range(200)).encode()
     assert output_of(engine, job) == expected
     code, out, _ = cli(database_url, schema, "output", "backup@2026-03-08T07:00:00Z")
@@ -104,15 +100,11 @@ def test_stdout_and_stderr_interleaved_in_arrival_order(engine, schema, database
 PATTERN = "import sys; sys.stdout.buffer.write(bytes((i * 7) % 251 for i in range(10000)))"
 
 
-def test_past_the_limit_the_first_and_last_halves_are_kept_exactly(engine, schema, database_url,
+def test_past_the_limit_the_first_and_last_halves_are_kept_exactly(engine, schema, database_url, spawned_workers,
                                                                      command_schedule):
     schedules, job = command_schedule([PY, "-c", PATTERN], extra='output_limit = "1000B"\n')
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "succeeded", proc)
     data = bytes((i * 7) % 251 for i in range(10000))
     head, tail = data[:500], data[-500:]
     assert not head.endswith(b"\n")
@@ -126,15 +118,11 @@ ATTEMPTS = ('echo "attempt $CRONKEEPER_ATTEMPT"; echo "stderr $CRONKEEPER_ATTEMP
             'test "$CRONKEEPER_ATTEMPT" -ge 3')
 
 
-def test_each_attempt_keeps_its_own_output_and_output_exit_codes(engine, schema, database_url,
+def test_each_attempt_keeps_its_own_output_and_output_exit_codes(engine, schema, database_url, spawned_workers,
                                                                  command_schedule):
     schedules, job = command_schedule(["/bin/sh", "-c", ATTEMPTS], max_attempts=3)
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "succeeded", proc)
     key = "backup@2026-03-08T07:00:00Z"
     for n in (1, 2, 3):
         assert output_of(engine, job, n) == f"attempt {n}\nstderr {n}\n".encode()
@@ -153,16 +141,12 @@ def test_each_attempt_keeps_its_own_output_and_output_exit_codes(engine, schema,
     assert code == 0 and "output: 19 bytes" in text and "  | attempt 2\n  | stderr 2\n" in text
 
 
-def test_a_dead_letter_keeps_the_tail_of_its_last_output(engine, schema, database_url,
+def test_a_dead_letter_keeps_the_tail_of_its_last_output(engine, schema, database_url, spawned_workers,
                                                          command_schedule):
     script = 'for i in $(seq 1 30); do echo "line $i"; done; exit 65'
     schedules, job = command_schedule(["/bin/sh", "-c", script])
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "dead", proc)
     tail = "\n".join(f"line {i}" for i in range(21, 31))
     state, attempts, last_error = job_state(engine, job)
     assert (state, attempts) == ("dead", 1)
@@ -188,16 +172,12 @@ HOSTILE_BYTES = (b"\x1b[31mred\x1b[0m\tok\r\n\xff\xfe not utf-8\n\x1b]0;owned\x0
                  b"caf\xc3\xa9\n")
 
 
-def test_escape_sequences_never_reach_a_terminal_or_a_page_raw(engine, schema, database_url,
+def test_escape_sequences_never_reach_a_terminal_or_a_page_raw(engine, schema, database_url, spawned_workers,
                                                                command_schedule, cluster,
                                                                tmp_path):
     schedules, job = command_schedule(["/bin/sh", "-c", HOSTILE])
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "succeeded", proc)
     key = "backup@2026-03-08T07:00:00Z"
     assert output_of(engine, job) == HOSTILE_BYTES
     # A pipe gets the bytes as captured.
@@ -237,30 +217,22 @@ def test_escape_sequences_never_reach_a_terminal_or_a_page_raw(engine, schema, d
     assert (missing.status, unknown.status) == (404, 404)
 
 
-def test_a_command_killed_at_its_timeout_keeps_what_it_printed(engine, schema, database_url,
+def test_a_command_killed_at_its_timeout_keeps_what_it_printed(engine, schema, database_url, spawned_workers,
                                                                command_schedule):
     script = 'echo "before the kill"; echo "to stderr" >&2; sleep 30; echo after'
     schedules, job = command_schedule(["/bin/sh", "-c", script], timeout="1s", max_attempts=1)
-    proc = spawn_worker(database_url, schema, "--schedules", schedules, "--kill-grace", "0.2")
-    try:
-        ended(engine, job, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules, "--kill-grace", "0.2")
+    ended(engine, job, "dead", proc)
     assert q(engine, "SELECT outcome FROM attempts WHERE job_id = %(j)s", j=job) == [("timeout",)]
     assert output_of(engine, job) == b"before the kill\nto stderr\n"
     assert job_state(engine, job)[2].endswith("output (last lines):\nbefore the kill\nto stderr")
 
 
-def test_output_limit_zero_keeps_nothing(engine, schema, database_url, command_schedule):
+def test_output_limit_zero_keeps_nothing(engine, schema, database_url, spawned_workers, command_schedule):
     schedules, job = command_schedule(["/bin/sh", "-c", "echo secret; exit 1"], max_attempts=1,
                                       extra='output_limit = "0B"\n')
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "dead", proc)
     assert output_of(engine, job) is None
     assert "secret" not in job_state(engine, job)[2]
     code, out, err = cli(database_url, schema, "output", "backup@2026-03-08T07:00:00Z")
@@ -269,18 +241,14 @@ def test_output_limit_zero_keeps_nothing(engine, schema, database_url, command_s
 
 # -- handlers --------------------------------------------------------------------------------------
 
-def test_two_concurrent_handlers_never_get_each_others_records(engine, schema, database_url):
+def test_two_concurrent_handlers_never_get_each_others_records(engine, schema, database_url, spawned_workers):
     a = enqueue(engine, "output.alternate", {"me": 0, "lines": 200}, "alt-a")
     b = enqueue(engine, "output.alternate", {"me": 1, "lines": 200}, "alt-b")
     c = enqueue(engine, "output.alternate_async", {"lines": 50}, "async-c")
     d = enqueue(engine, "output.alternate_async", {"lines": 50}, "async-d")
-    proc = spawn_worker(database_url, schema, "--import", "handlers_output", "--concurrency", "4")
-    try:
-        for job in (a, b, c, d):
-            ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--import", "handlers_output", "--concurrency", "4")
+    for job in (a, b, c, d):
+        ended(engine, job, "succeeded", proc)
     for job, key in ((a, "alt-a"), (b, "alt-b")):
         lines = output_of(engine, job).decode().splitlines()
         assert [line.split(" INFO tests.output: ")[1] for line in lines] == [
@@ -294,19 +262,15 @@ def test_two_concurrent_handlers_never_get_each_others_records(engine, schema, d
                 f"{key} {kind} {i}" for i in range(50)]
 
 
-def test_process_isolation_keeps_prints_and_records_in_order(engine, schema, database_url):
+def test_process_isolation_keeps_prints_and_records_in_order(engine, schema, database_url, spawned_workers):
     ok = enqueue(engine, "output.everything", {}, "everything-ok")
     bad = enqueue(engine, "output.everything", {"fail": True}, "everything-bad", max_attempts=1)
     own = enqueue(engine, "output.log_in_transaction", {}, "own-commit")
-    proc = spawn_worker(database_url, schema, "--import", "handlers_output", "--isolation",
-                        "process", "--concurrency", "2")
-    try:
-        ended(engine, ok, "succeeded", proc)
-        ended(engine, bad, "dead", proc)
-        ended(engine, own, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--import", "handlers_output", "--isolation", "process",
+                           "--concurrency", "2")
+    ended(engine, ok, "succeeded", proc)
+    ended(engine, bad, "dead", proc)
+    ended(engine, own, "succeeded", proc)
     for job in (ok, bad):
         lines = output_of(engine, job).decode().splitlines()
         assert lines[:3] == ["1 print to stdout", "2 write to stderr", "3 raw write to fd 1"]
@@ -322,20 +286,16 @@ def test_process_isolation_keeps_prints_and_records_in_order(engine, schema, dat
 
 
 @pytest.mark.parametrize("isolation", ["thread", "process"])
-def test_handlers_killed_at_their_timeout_keep_what_they_logged(engine, schema, database_url,
+def test_handlers_killed_at_their_timeout_keep_what_they_logged(engine, schema, database_url, spawned_workers,
                                                                isolation):
     sync = enqueue(engine, "output.log_then_hang", {"sleep": 30}, f"hang-{isolation}",
                    timeout=1, max_attempts=1)
     coro = enqueue(engine, "output.log_then_hang_async", {"sleep": 30},
                    f"hang-async-{isolation}", timeout=1, max_attempts=1)
-    proc = spawn_worker(database_url, schema, "--import", "handlers_output", "--isolation",
-                        isolation, "--kill-grace", "0.2", "--concurrency", "2")
-    try:
-        ended(engine, sync, "dead", proc)
-        ended(engine, coro, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--import", "handlers_output", "--isolation", isolation,
+                           "--kill-grace", "0.2", "--concurrency", "2")
+    ended(engine, sync, "dead", proc)
+    ended(engine, coro, "dead", proc)
     for job, key in ((sync, f"hang-{isolation}"), (coro, f"hang-async-{isolation}")):
         assert q(engine, "SELECT outcome FROM attempts WHERE job_id = %(j)s", j=job) == [
             ("timeout",)]
@@ -346,26 +306,20 @@ def test_handlers_killed_at_their_timeout_keep_what_they_logged(engine, schema, 
         assert output_of(engine, sync).decode().endswith(f"hang-{isolation} printed before the hang\n")
 
 
-def test_enqueued_jobs_follow_the_workers_output_limit(engine, schema, database_url):
+def test_enqueued_jobs_follow_the_workers_output_limit(engine, schema, database_url,
+                                                       spawned_workers):
     job = enqueue(engine, "output.log_lines", {"lines": 100}, "limited")
-    proc = spawn_worker(database_url, schema, "--import", "handlers_output", "--output-limit",
-                        "1KiB")
-    try:
-        ended(engine, job, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--import", "handlers_output", "--output-limit", "1KiB")
+    ended(engine, job, "succeeded", proc)
+    proc.kill()  # the next job is for the next worker
+    proc.wait()
     text = output_of(engine, job)
     assert len(text) < 1100 and b" bytes left out]\n" in text
     assert text.endswith(b"limited line 99\n")
     none = enqueue(engine, "output.log_lines", {"lines": 3, "fail": "boom"}, "unkept",
                    max_attempts=1)
-    proc = spawn_worker(database_url, schema, "--import", "handlers_output", "--output-limit", "0B")
-    try:
-        ended(engine, none, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--import", "handlers_output", "--output-limit", "0B")
+    ended(engine, none, "dead", proc)
     assert output_of(engine, none) is None
     assert job_state(engine, none)[2] == "RuntimeError: boom (attempt 1 of 1: giving up)"
     bad = subprocess.run([cronkeeper_exe(), "worker", "--database-url", database_url, "--schema",
@@ -376,17 +330,12 @@ def test_enqueued_jobs_follow_the_workers_output_limit(engine, schema, database_
 
 # -- storage -------------------------------------------------------------------------------------
 
-def test_pruning_removes_output_with_its_attempt(engine, schema, database_url, command_schedule):
+def test_pruning_removes_output_with_its_attempt(engine, schema, database_url, spawned_workers, command_schedule):
     schedules, job = command_schedule(["/bin/sh", "-c", "echo kept until pruned; exit 65"])
     other = enqueue(engine, "output.log_lines", {"lines": 2}, "recent")
-    proc = spawn_worker(database_url, schema, "--schedules", schedules, "--import",
-                        "handlers_output")
-    try:
-        ended(engine, job, "dead", proc)
-        ended(engine, other, "succeeded", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules, "--import", "handlers_output")
+    ended(engine, job, "dead", proc)
+    ended(engine, other, "succeeded", proc)
     with engine.begin() as conn:
         conn.exec_driver_sql("UPDATE attempts SET finished_at = now() - interval '15 days' "
                              "WHERE job_id = %(j)s", {"j": job})
@@ -403,16 +352,12 @@ def test_pruning_removes_output_with_its_attempt(engine, schema, database_url, c
 
 
 def test_a_worker_on_a_schema_without_the_column_keeps_the_tail_in_the_error(
-        engine, schema, database_url, command_schedule):
+        engine, schema, database_url, command_schedule, spawned_workers):
     with engine.begin() as conn:  # the previous release's attempts table
         conn.exec_driver_sql("ALTER TABLE attempts DROP COLUMN output")
     schedules, job = command_schedule(["/bin/sh", "-c", "echo why it failed; exit 1"],
                                       max_attempts=1)
-    proc = spawn_worker(database_url, schema, "--schedules", schedules)
-    try:
-        ended(engine, job, "dead", proc)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawned_workers("--schedules", schedules)
+    ended(engine, job, "dead", proc)
     error = q(engine, "SELECT error FROM attempts WHERE job_id = %(j)s", j=job)[0][0]
     assert error.startswith("exit status 1") and error.endswith("output (last lines):\nwhy it failed")

@@ -32,7 +32,7 @@ ratios capture / discard. Throughput is what the issue bounds (at most 5 % lost)
 the steadier figure on a loaded machine.
 
 The claim path: while the rounds run, a probe claims one job of its own (a task the workers do
-not take) every 20 ms with the workers' claim statement (``outbox_claim``) and completes it,
+not take) every 10 ms with the workers' claim statement (``outbox_claim``) and completes it,
 timing each claim. Its p50 and p99 per mode say whether writing output slows the claims that
 run beside it (the claim statement itself is unchanged: it inserts attempt rows without output).
 """
@@ -149,7 +149,7 @@ def drained(conn: psycopg.Connection, schedule: str, procs: list[subprocess.Pope
 
 
 class ClaimProbe(threading.Thread):
-    """Claims one job of its own every 20 ms with ``outbox_claim``, timing the statement, and
+    """Claims one job of its own every 10 ms with ``outbox_claim``, timing the statement, and
     files each timing under the mode of the round running at that moment."""
 
     def __init__(self, url: str) -> None:
@@ -167,7 +167,7 @@ class ClaimProbe(threading.Thread):
         n = 0
         with self.engine.connect() as conn:
             conn.execution_options(isolation_level="AUTOCOMMIT")
-            while not self.stop.wait(0.02):
+            while not self.stop.wait(0.01):
                 mode = self.mode
                 if mode is None:
                     continue
@@ -199,7 +199,8 @@ def run_part(url: str, part: str, args: argparse.Namespace, directory: Path,
         for i in range(args.workers)]
     probe = ClaimProbe(url)
     probe.start()
-    per_round = max(1, args.jobs // args.rounds)
+    jobs_per_mode = args.jobs if part == "commands" else args.handler_jobs
+    per_round = max(1, jobs_per_mode // args.rounds)
     order = [MODES[(i + 1) // 2 % 2] for i in range(2 * args.rounds)]  # A B B A A B B A ...
     totals = {m: [0.0, 0.0, 0.0] for m in MODES}  # seconds, worker CPU s, server CPU s
     first = 1
@@ -271,7 +272,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per mode and part")
+    parser.add_argument("--jobs", type=int, default=10_000, help="command jobs per mode")
+    parser.add_argument("--handler-jobs", type=int, default=10_000,
+                        help="handler jobs per mode (each part)")
     parser.add_argument("--rounds", type=int, default=10, help="rounds per mode")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", default=",".join(PARTS))
@@ -280,7 +283,8 @@ def main() -> None:
     url = args.database_url
     load = os.getloadavg()
     print(f"load before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1, 5, 15 min); "
-          f"{args.workers} worker processes, {args.jobs} jobs per mode in {args.rounds} rounds",
+          f"{args.workers} worker processes; per mode {args.jobs} command jobs and "
+          f"{args.handler_jobs} handler jobs, each in {args.rounds} rounds",
           flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp) / "schedules"

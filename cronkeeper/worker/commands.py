@@ -160,30 +160,38 @@ def run(
 def _read_until_exit(proc: subprocess.Popen, fd: int, capture: Capture, deadline: float) -> int | None:
     """Read the pipe into ``capture`` until the child exits (its exit status) or the deadline
     passes (None). Once the child has exited, what is in the pipe is read and the rest left: a
-    process it left running in the background may hold the pipe open for ever."""
-    os.set_blocking(fd, False)
+    process it left running in the background may hold the pipe open for ever. Reads only what
+    poll says is there (no non-blocking reads ending in an exception): at 1 KiB a job that is
+    two polls and two reads."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     pidfd = _pidfd(proc.pid)
     if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
     try:
-        open_pipe = True
+        open_pipe, exited = True, False
         while True:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return None
             # Without a pidfd (an old kernel) the exit is noticed by looking every 50 ms.
             wait = remaining if pidfd is not None else min(remaining, 0.05)
-            for ready, _ in poller.poll(max(1, math.ceil(wait * 1000))):
-                if ready == fd and not _drain(fd, capture):
-                    poller.unregister(fd)
-                    open_pipe = False
-            code = proc.poll()
-            if code is not None:
-                if open_pipe:
-                    _drain(fd, capture)
-                return code
+            for ready, events in poller.poll(max(1, math.ceil(wait * 1000))):
+                if ready == pidfd:
+                    exited = True
+                elif events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                    data = os.read(fd, 65536)
+                    if data:
+                        capture.feed(data)
+                    else:  # every writer closed it
+                        poller.unregister(fd)
+                        open_pipe = False
+            if exited or pidfd is None or not open_pipe:
+                code = proc.poll()
+                if code is not None:
+                    if open_pipe:
+                        _drain(fd, capture)
+                    return code
     finally:
         if pidfd is not None:
             os.close(pidfd)
@@ -197,17 +205,17 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _drain(fd: int, capture: Capture) -> bool:
-    """Read what the pipe holds now into ``capture``; False at end of file."""
-    while True:
+def _drain(fd: int, capture: Capture) -> None:
+    """Read what the pipe holds now (its writer gone, or killed) into ``capture``."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while poller.poll(0):
         try:
             data = os.read(fd, 65536)
-        except BlockingIOError:
-            return True
         except OSError:
-            return False
+            return
         if not data:
-            return False
+            return
         capture.feed(data)
 
 

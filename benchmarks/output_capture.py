@@ -203,6 +203,7 @@ def run_part(url: str, part: str, args: argparse.Namespace, directory: Path,
     per_round = max(1, jobs_per_mode // args.rounds)
     order = [MODES[(i + 1) // 2 % 2] for i in range(2 * args.rounds)]  # A B B A A B B A ...
     totals = {m: [0.0, 0.0, 0.0] for m in MODES}  # seconds, worker CPU s, server CPU s
+    rounds: list[tuple[str, float, float]] = []  # (mode, jobs/s, CPU s per job) of each round
     first = 1
     try:
         with psycopg.connect(conninfo(url, SCHEMA), autocommit=True) as conn:
@@ -224,6 +225,8 @@ def run_part(url: str, part: str, args: argparse.Namespace, directory: Path,
                 totals[mode][0] += end - start
                 totals[mode][1] += after[0] - before[0]
                 totals[mode][2] += after[1] - before[1]
+                rounds.append((mode, per_round / (end - start),
+                               (after[0] - before[0] + after[1] - before[1]) / per_round))
                 print(f"  {part} {mode:8s} {per_round} jobs in {end - start:6.3f} s "
                       f"({per_round / (end - start):7.0f} jobs/s); load {os.getloadavg()[0]:.1f}",
                       flush=True)
@@ -239,8 +242,19 @@ def run_part(url: str, part: str, args: argparse.Namespace, directory: Path,
             except subprocess.TimeoutExpired:
                 p.kill()
     jobs = per_round * args.rounds
+    # Each two rounds in a row are one of each mode (A B, B A, ...): their ratio is taken in the
+    # same minute of the machine's load; the median of those ratios shrugs off a round that
+    # someone else's burst hit, which the totals do not.
+    pairs = [(a, b) if a[0] == "capture" else (b, a) for a, b in zip(rounds[::2], rounds[1::2], strict=True)]
+    print(f"  {part}: capture / discard per pair of rounds, median (min-max): throughput "
+          f"{spread([c[1] / d[1] for c, d in pairs])}, CPU per job "
+          f"{spread([c[2] / d[2] for c, d in pairs])}", flush=True)
     return {m: (jobs / totals[m][0], totals[m][1] / jobs, totals[m][2] / jobs, probe.times[m])
             for m in MODES}
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
 
 
 def check(conn: psycopg.Connection, part: str) -> None:

@@ -103,14 +103,6 @@ class Capture:
         if len(tail) > 2 * self.tail_size + 4096:
             del tail[: len(tail) - self.tail_size]
 
-    def value(self) -> bytes:
-        """What is kept so far: everything, or head, the left-out line and tail."""
-        with self._lock:
-            if self._value is not None:
-                return self._value
-            self._fold()
-            return self._render()
-
     def close(self) -> bytes:
         """End the capture (later feeds are ignored) and return what it kept."""
         with self._lock:

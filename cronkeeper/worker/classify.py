@@ -35,9 +35,9 @@ def exception_ending(exc: BaseException) -> Ending:
     return Ending(Kind.PERMANENT if is_permanent(exc) else Kind.RETRYABLE, text[:4000])
 
 
-def exit_ending(code: int, permanent_codes: tuple[int, ...] = (), stderr_tail: str = "") -> Ending:
-    """A command's exit status (negative: killed by that signal)."""
-    tail = f": {stderr_tail.strip()}" if stderr_tail.strip() else ""
+def exit_ending(code: int, permanent_codes: tuple[int, ...] = ()) -> Ending:
+    """A command's exit status (negative: killed by that signal). What it printed is not part
+    of the error: it is kept as the attempt's output, and its tail goes to ``last_error``."""
     if code == 0:
         return Ending(Kind.SUCCEEDED)
     if code < 0:
@@ -45,7 +45,7 @@ def exit_ending(code: int, permanent_codes: tuple[int, ...] = (), stderr_tail: s
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return Ending(Kind.RETRYABLE, f"killed by {name}{tail}"[:4000])
+        return Ending(Kind.RETRYABLE, f"killed by {name}")
     if code != EX_TEMPFAIL and (code in PERMANENT_EXIT_CODES or code in permanent_codes):
-        return Ending(Kind.PERMANENT, f"exit status {code} (permanent){tail}"[:4000])
-    return Ending(Kind.RETRYABLE, f"exit status {code}{tail}"[:4000])
+        return Ending(Kind.PERMANENT, f"exit status {code} (permanent)")
+    return Ending(Kind.RETRYABLE, f"exit status {code}")

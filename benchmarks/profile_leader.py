@@ -55,6 +55,7 @@ from cronkeeper.db.engine import leader_lock_key, normalize_url  # noqa: E402
 from cronkeeper.db.sessions import backend_pid_now, db_now  # noqa: E402
 from cronkeeper.schedule import load_valid  # noqa: E402
 from cronkeeper.scheduler import Scheduler  # noqa: E402
+from cronkeeper.term import Term  # noqa: E402
 
 
 class Phase:
@@ -202,12 +203,12 @@ def main() -> None:
         conn = dbl.lock_connect(url, schema, "cronkeeper-lock:profile")
         assert dbl.lock_wait(conn, key)
         term, _ = dbl.leadership_claim(conn, "profile", "profile")
-        scheduler = Scheduler(conn, cluster="profile", term=term, lock_key=key)
+        scheduler = Scheduler(Term(conn, term, "profile", key))
         with Phase("lead", args.profile, n):
             scheduler.load_versions()
             scheduler.tick_until_current()
             scheduler.adopt(schedules)
-            gc.collect()  # as election.Node does after adopting a set
+            gc.collect()  # as leading.LeaderLoop does after adopting a set
             gc.freeze()
         due = scheduler.next_due()
         assert due is not None

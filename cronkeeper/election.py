@@ -1,5 +1,9 @@
 """Leadership: one leader per cluster, through a PostgreSQL session advisory lock.
 
+This module only elects. When it wins, it hands the term (``term.Term``: the lock session, the
+term number, the fencing check and the channels back) to the leader's loop it was given
+(``lead``: ``leading.LeaderLoop.lead`` in the daemon), and watches that loop's progress.
+
 State diagram (one ``Node`` per daemon process)::
 
       start ──► CONNECTING ──(proxy detected: session not pinned)──► FATAL (refuse to run)
@@ -10,11 +14,18 @@ State diagram (one ``Node`` per daemon process)::
                     │         housekeeping thread deposes a leader whose heartbeat is stale
                     │ lock granted
                     ▼
-                 LEADER(term) ── term = term + 1 recorded; every write transaction begins with
-                    │            leadership_confirm (heartbeat, lock held, term unchanged)
+                 LEADER(term) ── term = term + 1 recorded; lead(term) runs the leader's loop,
+                    │            every write transaction of which begins with Term.confirm
+                    │            (heartbeat, lock held, term unchanged)
                     │ SIGTERM
                     ▼
-                 STOPPED ── current tick finished, lock released
+                 STOPPED ── the loop's current tick finished, lock released
+
+Signals (``Node.signals``), for readiness, metrics and tests to wait on, never to sleep for:
+the Events ``connected`` (a lock session is up: READY=1), ``leading`` (from GAINED to LOST) and
+``finished``, and listeners called with each ``Signal`` in the order it happens. LOST comes
+before a graceful stop releases the lock, so the next leader's GAINED follows it. Progress goes
+the other way: the loop calls ``Term.progress`` after each bounded step; the watchdog reads it.
 
 Mechanisms:
 - Takeover after a leader dies: its backend ends, PostgreSQL frees the lock, and the standby
@@ -38,19 +49,16 @@ Mechanisms:
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import socket
 import threading
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from enum import StrEnum
 
 from cronkeeper import __version__, clock
 from cronkeeper.db import leadership as dbl
-from cronkeeper.db import prune as dbp
 from cronkeeper.db import sessions as dbsession
 from cronkeeper.db.engine import (
     DRIVER_ERRORS,
@@ -60,13 +68,11 @@ from cronkeeper.db.engine import (
     describe,
     driver,
     leader_lock_key,
-    refuses_writes,
 )
 from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
 from cronkeeper.outage import OutageReport, kind_of
-from cronkeeper.schedule.model import ScheduleSet
-from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
+from cronkeeper.term import Term
 from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.election")
@@ -81,26 +87,49 @@ class Role(StrEnum):
     STOPPED = "stopped"
 
 
+class Signal(StrEnum):
+    """What the node publishes to its listeners (see the module's docstring)."""
+
+    CONNECTED = "connected"  # a lock session is up: STANDBY
+    GAINED = "gained"  # the lock is granted and the term recorded: LEADER
+    LOST = "lost"  # the term's leadership ended (stopped, lost, stepped down)
+    FINISHED = "finished"  # the node's thread has ended: STOPPED
+
+
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
     leader_timeout: float = 10.0  # a leader silent this long is deposed
     stall_timeout: float = 10.0  # a leader whose work makes no progress this long steps down
-    heartbeat_interval: float = 1.0  # leader heartbeat (and longest sleep between ticks)
     housekeeping_interval: float = 1.0
     instance_heartbeat_interval: float = 2.0
-    prune_interval: float = 60.0
-    retention_jobs_days: float = 14.0
-    retention_periods_days: float = 400.0
-    prune_batch: int = 1000
 
 
-def _settle_heap() -> None:
-    """Collect once, then exempt what survives (specs, triggers, per-schedule state) from future
-    collections: the cyclic collector's full passes otherwise walk every schedule's objects
-    again and again while a burst allocates its rows. Freed objects are still freed (reference
-    counting); only cycles among frozen objects would outlive a reload."""
-    gc.collect()
-    gc.freeze()
+class Signals:
+    """What a node publishes (see the module's docstring): Events to wait on, and listeners
+    called with each signal in the order they happen."""
+
+    def __init__(self) -> None:
+        self.connected = threading.Event()
+        self.leading = threading.Event()
+        self.finished = threading.Event()
+        self._listeners: list[Callable[[Signal, int | None], None]] = []
+
+    def listen(self, listener: Callable[[Signal, int | None], None]) -> None:
+        """Call ``listener(signal, term)`` for each signal from now on, on the node's threads:
+        it must be quick and must not raise."""
+        self._listeners.append(listener)
+
+    def publish(self, signal: Signal, term: int | None) -> None:
+        if signal is Signal.CONNECTED:
+            self.connected.set()
+        elif signal is Signal.GAINED:
+            self.leading.set()
+        elif signal is Signal.LOST:
+            self.leading.clear()
+        else:
+            self.finished.set()
+        for listener in self._listeners:
+            listener(signal, term)
 
 
 def default_instance_id() -> str:
@@ -115,8 +144,9 @@ class Node:
         schema: str,
         cluster: str,
         engine: Engine,
-        schedules: ScheduleSet,
         instance_id: str,
+        lead: Callable[[Term], None],
+        schedules_digest: Callable[[], str],
         options: NodeOptions = NodeOptions(),
         metrics=None,
     ) -> None:
@@ -124,8 +154,9 @@ class Node:
         self.schema = schema
         self.cluster = cluster
         self.engine = engine
-        self.schedules = schedules
         self.instance_id = instance_id
+        self.lead = lead  # the leader's loop: runs a won term (see Term)
+        self.schedules_digest = schedules_digest  # what the instance registry shows
         self.options = options
         self.metrics = metrics
         self.lock_key = leader_lock_key(schema, cluster)
@@ -133,44 +164,41 @@ class Node:
         self.term: int | None = None
         self.fatal: BaseException | None = None
         self.stopping = threading.Event()
-        self.leading = threading.Event()  # set while leader (tests and readiness wait on it)
-        self.connected = threading.Event()
-        self._wake = threading.Event()
-        self._pending: ScheduleSet | None = None
+        self.signals = Signals()
         self._conn: RawConnection | None = None
         self._waiting_for_lock = False
-        self._lock_pid: int | None = None
+        self.lock_pid: int | None = None
         self.last_progress = clock.monotonic()
-        self.skew_seconds: float | None = None
-        self.finished = threading.Event()  # the node thread has ended (housekeeping stops then)
+        self.housekeeping = Housekeeping(self)
         self._outage = OutageReport()  # the session loop's: what it says while the database is away
+
+    def healthy(self) -> bool:
+        """False while a leader has made no progress for ``stall_timeout`` (the housekeeping
+        thread is about to step it down): what the systemd watchdog is fed on."""
+        if self.role is Role.LEADER:
+            return clock.monotonic() - self.last_progress < self.options.stall_timeout
+        return True
 
     # -- control from other threads -------------------------------------------------------------
     def request_stop(self) -> None:
+        """Stop electing; a leader's loop sees ``Term.stopping`` (wake it too: ``lead`` waits on
+        its own events)."""
         self.stopping.set()
-        self._wake.set()
         # The wait on the lock may start just after this: keep cancelling while it waits.
         threading.Thread(target=self._cancel_lock_wait, name="cancel-wait", daemon=True).start()
 
     def _cancel_lock_wait(self) -> None:
         deadline = clock.monotonic() + 10.0
-        while not self.finished.is_set() and clock.monotonic() < deadline:
+        while not self.signals.finished.is_set() and clock.monotonic() < deadline:
             conn = self._conn
             if conn is not None and self._waiting_for_lock:
                 with contextlib.suppress(Exception):  # the loop notices stopping either way
                     conn.cancel_safe(timeout=2.0)
-            self.finished.wait(0.1)
-
-    def reload(self, schedules: ScheduleSet) -> None:
-        if self.role is not Role.LEADER:
-            self.schedules = schedules  # a standby reports the digest of what it would run
-        self._pending = schedules
-        self._wake.set()
+            self.signals.finished.wait(0.1)
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> None:
-        housekeeping = threading.Thread(target=self._housekeeping, name="housekeeping", daemon=True)
-        housekeeping.start()
+        threading.Thread(target=self.housekeeping.run, name="housekeeping", daemon=True).start()
         delay = 0.2
         try:
             while not self.stopping.is_set():
@@ -203,8 +231,8 @@ class Node:
                     self._close()
         finally:
             self._set_role(Role.STOPPED)
-            self.finished.set()
-            self._forget_instance()
+            self.signals.publish(Signal.FINISHED, self.term)
+            self.housekeeping.forget_instance()
 
     def _say_failed(self, exc: BaseException, delay: float, was_leader: bool) -> None:
         """A lost leadership is said each time (it follows a win, so it cannot flood); the
@@ -214,21 +242,15 @@ class Node:
             self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
             log.warning("leadership lost: %s; retrying in %.1fs", describe(exc), delay,
                         extra={"action": "leader_lost", "term": self.term})
-        else:
-            self._say_outage(exc, "database unavailable", "database still unavailable",
-                             f"retrying in {delay:.1f}s (backoff up to 5s; said again each "
-                             "minute while it lasts)")
-
-    def _say_outage(self, exc: BaseException, first: str, again: str, plan: str) -> None:
-        """An outage (the database away, or refusing writes) said when it begins or changes
-        kind, then once a minute (``cronkeeper.outage``)."""
+            return
         notice = self._outage.failed(clock.monotonic(), kind_of(describe(exc)))
         if notice is not None and notice.first:
-            log.warning("%s: %s; %s", first, describe(exc), plan,
+            log.warning("database unavailable: %s; retrying in %.1fs (backoff up to 5s; said "
+                        "again each minute while it lasts)", describe(exc), delay,
                         extra={"action": "db_unavailable", "term": self.term})
         elif notice is not None:
-            log.warning("%s: %s; for %.0fs, %d failed tries", again, describe(exc),
-                        notice.lasted, notice.failures,
+            log.warning("database still unavailable: %s; for %.0fs, %d failed tries",
+                        describe(exc), notice.lasted, notice.failures,
                         extra={"action": "db_unavailable", "term": self.term})
 
     def _say_recovered(self) -> None:
@@ -240,7 +262,7 @@ class Node:
     def _one_session(self) -> None:
         conn = dbl.lock_connect(self.url, self.schema, f"cronkeeper-lock:{self.instance_id}")
         self._conn = conn
-        self._lock_pid = dbsession.backend_pid_now(conn)
+        self.lock_pid = dbsession.backend_pid_now(conn)
         with dbl.lock_connect(self.url, self.schema, "cronkeeper-probe") as probe:
             if not dbsession.session_is_pinned(conn, probe):
                 raise PoolerDetected(
@@ -250,8 +272,8 @@ class Node:
                     "--database-url at PostgreSQL directly (or at a session-pooling port)."
                 )
         self._say_recovered()
-        self.connected.set()
         self._set_role(Role.STANDBY)
+        self.signals.publish(Signal.CONNECTED, self.term)
         self._waiting_for_lock = True
         try:
             granted = not self.stopping.is_set() and dbl.lock_wait(conn, self.lock_key)
@@ -270,147 +292,35 @@ class Node:
         self._set_role(Role.LEADER)
         log.info("leadership won", extra={"action": "leader_won", "term": self.term,
                                           "instance": self.instance_id})
-        self._lead(conn)
+        quiet = min(self.options.stall_timeout, self.options.leader_timeout)
+        self.lead(Term(conn, self.term, self.cluster, self.lock_key, self.stopping,
+                       self._progress, quiet))
+        # the loop returned: the process stops (graceful: its current tick is done)
+        self._set_role(Role.STOPPED if self.stopping.is_set() else Role.CONNECTING)
+        self._release(conn)
 
-    def _lead(self, conn: RawConnection) -> None:
-        """Lead until stopped or the session ends. A write the database refuses for want of
-        space or memory (``refuses_writes``) does not end the term: no other instance could
-        write either, so stepping down and winning again would only flap (a term per backoff
-        step). The leader keeps its lock, rolls back, says so once a minute
-        (``cronkeeper.outage``), and starts the term's work again from the database after a
-        backoff short enough that neither the standbys nor its own watchdog take it for stuck
-        (each start heartbeats first)."""
-        delay = 0.2
-        cap = min(5.0, self.options.stall_timeout / 2, self.options.leader_timeout / 2)
-        while True:
-            try:
-                self._lead_term(conn)
-                return
-            except DRIVER_ERRORS as exc:
-                if self.stopping.is_set() or not refuses_writes(exc) or conn.closed or conn.broken:
-                    raise
-                self._say_outage(exc, "database refuses writes", "database still refuses writes",
-                                 f"keeping leadership, retrying in {delay:.1f}s (said again "
-                                 "each minute while it lasts)")
-            self.last_progress = clock.monotonic()  # holding on, not stuck
-            if self.stopping.wait(delay):
-                with contextlib.suppress(*DRIVER_ERRORS):  # a write: it may be refused too
-                    dbl.leadership_release(conn, self.cluster, self.term or 0)
-                with contextlib.suppress(*DRIVER_ERRORS):
-                    dbl.lock_release(conn, self.lock_key)
-                return
-            self.last_progress = clock.monotonic()
-            delay = min(delay * 2, cap)
-
-    def _lead_term(self, conn: RawConnection) -> None:
-        scheduler = Scheduler(
-            conn, cluster=self.cluster, term=self.term or 0, lock_key=self.lock_key,
-            on_tick=self._report, should_stop=self.stopping.is_set, on_progress=self._progress,
-            resume_floor=timedelta(days=self.options.retention_periods_days),
-        )
-        scheduler.load_versions()
-        scheduler.tick_until_current()  # periods due under the versions in force, up to now
-        if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
-            scheduler.adopt(self.schedules)
-        _settle_heap()
-        self.leading.set()
-        next_prune = clock.monotonic()
-        while not self.stopping.is_set():
-            pending, self._pending = self._pending, None
-            if pending is not None:
-                scheduler.tick_until_current()
-                if scheduler.behind:  # stopping mid catch-up: the new set waits for the next leader
-                    break
-                scheduler.adopt(pending)
-                self.schedules = pending
-                _settle_heap()
-            report = scheduler.tick()
-            self.last_progress = clock.monotonic()
-            if clock.monotonic() >= next_prune:
-                self._prune(conn, scheduler)
-                next_prune = clock.monotonic() + self.options.prune_interval
-            wait = self.options.heartbeat_interval
-            upcoming = scheduler.next_due()
-            if upcoming is not None:
-                wait = min(wait, max(0.0, (upcoming - report.now).total_seconds()) + 0.001)
-            self._wake.wait(wait)
-            self._wake.clear()
-        # graceful stop: the current tick is done; hand the lock over now
+    def _release(self, conn: RawConnection) -> None:
+        """Hand the lock over now, not when the session ends."""
         try:
-            dbl.leadership_release(conn, self.cluster, scheduler.term)
+            dbl.leadership_release(conn, self.cluster, self.term or 0)
             dbl.lock_release(conn, self.lock_key)
             log.info("leadership released", extra={"action": "leader_released", "term": self.term})
-        except DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:  # the lock goes with the session, closed next
             log.warning("releasing leadership: %s", describe(exc), extra={"action": "leader_release_failed"})
 
-    def _prune(self, conn: RawConnection, scheduler: Scheduler) -> None:
-        with conn.transaction():
-            scheduler.confirm()
-            counts = dbp.prune(
-                conn,
-                jobs_days=self.options.retention_jobs_days,
-                periods_days=self.options.retention_periods_days,
-                batch=self.options.prune_batch,
-            )
-        if any(counts):
-            log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
-
     def _progress(self) -> None:
-        """The scheduler finished a bounded step of work (see the module's docstring)."""
+        """The leader's loop finished a bounded step of work (see the module's docstring)."""
         self.last_progress = clock.monotonic()
 
-    def _report(self, report: TickReport) -> None:
-        self.last_progress = clock.monotonic()  # each committed tick is progress
-        if self._outage.down:  # writes refused (``_lead``), and now one committed
-            notice = self._outage.recovered(clock.monotonic())
-            assert notice is not None
-            log.warning("database accepts writes again after %.1fs (%d failed tries)",
-                        notice.lasted, notice.failures,
-                        extra={"action": "db_reconnected", "term": self.term})
-        decisions = report.decisions
-        # A line per period costs ~15 us: fine for a few, a second of the leader's time for a
-        # burst of 100,000. Past LOG_EACH_UP_TO, one summary line at info, each period at debug.
-        each = len(decisions) <= LOG_EACH_UP_TO
-        if not each:
-            fired = sum(1 for _, d, _ in decisions if d.reason is None)
-            skipped = Counter(str(d.reason) for _, d, _ in decisions if d.reason is not None)
-            log.info(
-                "fired %d jobs, skipped %d periods%s in one tick", fired, len(decisions) - fired,
-                "".join(f", {n} {r}" for r, n in sorted(skipped.items())),
-                extra={"action": "fire_batch", "term": self.term},
-            )
-        fire_level = logging.INFO if each else logging.DEBUG
-        skip_level = logging.WARNING if each else logging.DEBUG
-        if each or log.isEnabledFor(logging.DEBUG):
-            for schedule, decision, job_id in decisions:
-                if decision.reason is None:
-                    log.log(
-                        fire_level, "fired %s", schedule,
-                        extra={"action": "fire", "schedule": schedule, "term": self.term,
-                               "scheduled_for": decision.scheduled_for.isoformat(),
-                               "job_id": job_id},
-                    )
-                else:
-                    log.log(
-                        skip_level, "skipped %s (%s)", schedule, decision.reason,
-                        extra={"action": "skip", "schedule": schedule, "term": self.term,
-                               "scheduled_for": decision.scheduled_for.isoformat(),
-                               "reason": str(decision.reason)},
-                    )
-        if report.lost:
-            log.warning(
-                "%d periods were already decided by another leader; emitted nothing for them",
-                report.lost, extra={"action": "claim_lost", "term": self.term},
-            )
-        if self.metrics is not None:
-            self.metrics.observe_tick(report, self.schedules)
-
     def _set_role(self, role: Role) -> None:
+        was_leader = self.role is Role.LEADER
         self.role = role
-        if role is not Role.LEADER:
-            self.leading.clear()
         if self.metrics is not None:
             self.metrics.set_leader(role is Role.LEADER, self.term)
+        if role is Role.LEADER:
+            self.signals.publish(Signal.GAINED, self.term)
+        elif was_leader:
+            self.signals.publish(Signal.LOST, self.term)
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -418,59 +328,74 @@ class Node:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    # -- housekeeping thread ------------------------------------------------------------------------
-    def _housekeeping(self) -> None:
+
+class Housekeeping:
+    """A node's second thread, every ``housekeeping_interval`` until the node has finished: the
+    instance heartbeat (the registry ``status`` and ``web`` show; the clock skew), then by
+    role: a standby deposes a leader whose heartbeat is stale, a leader that made no progress
+    for ``stall_timeout`` ends its own lock session. ``forget_instance`` on the way out."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.skew_seconds: float | None = None
+
+    def run(self) -> None:
+        node = self.node
         next_beat = 0.0
-        while not self.finished.wait(self.options.housekeeping_interval):
+        while not node.signals.finished.wait(node.options.housekeeping_interval):
             try:
                 now = clock.monotonic()
                 if now >= next_beat:
                     self._instance_heartbeat()
-                    next_beat = now + self.options.instance_heartbeat_interval
-                if self.role is Role.STANDBY:
+                    next_beat = now + node.options.instance_heartbeat_interval
+                if node.role is Role.STANDBY:
                     self._depose_stale_leader()
-                elif self.role is Role.LEADER and now - self.last_progress > self.options.stall_timeout:
+                elif node.role is Role.LEADER and now - node.last_progress > node.options.stall_timeout:
                     self._step_down_stalled()
             except Exception as exc:  # noqa: BLE001 - housekeeping must outlive a bad moment
                 log.debug("housekeeping: %s", describe(exc), extra={"action": "housekeeping_error"})
 
     def _instance_heartbeat(self) -> None:
+        node = self.node
         local = clock.wall()
-        with self.engine.begin() as conn:
+        with node.engine.begin() as conn:
             db_now = instances_heartbeat(
-                conn, cluster=self.cluster, instance_id=self.instance_id, kind="scheduler",
+                conn, cluster=node.cluster, instance_id=node.instance_id, kind="scheduler",
                 host=socket.gethostname(), pid=os.getpid(), version=__version__,
-                schedules_digest=self.schedules.digest, tzdata_version=tzdata_version(),
-                role="leader" if self.role is Role.LEADER else "standby", local_now=local,
+                schedules_digest=node.schedules_digest(), tzdata_version=tzdata_version(),
+                role="leader" if node.role is Role.LEADER else "standby", local_now=local,
             )
         self.skew_seconds = (db_now - local).total_seconds()
-        if self.metrics is not None:
-            self.metrics.set_skew(self.skew_seconds)
+        if node.metrics is not None:
+            node.metrics.set_skew(self.skew_seconds)
 
     def _depose_stale_leader(self) -> None:
-        with self.engine.begin() as conn:
-            pid = dbl.leadership_depose_stale(driver(conn), self.cluster, self.lock_key, self.options.leader_timeout)
+        node = self.node
+        with node.engine.begin() as conn:
+            pid = dbl.leadership_depose_stale(driver(conn), node.cluster, node.lock_key,
+                                              node.options.leader_timeout)
         if pid is not None:
             log.warning(
                 "deposed a leader silent for over %.0fs (backend %d terminated)",
-                self.options.leader_timeout, pid, extra={"action": "leader_deposed"},
+                node.options.leader_timeout, pid, extra={"action": "leader_deposed"},
             )
 
     def _step_down_stalled(self) -> None:
-        pid = self._lock_pid
+        node = self.node
+        pid = node.lock_pid
         log.error(
             "no progress for over %.0fs (no tick or batch of work done): stepping down",
-            self.options.stall_timeout,
-            extra={"action": "leader_stalled", "term": self.term},
+            node.options.stall_timeout, extra={"action": "leader_stalled", "term": node.term},
         )
         if pid is not None:
-            with self.engine.begin() as conn:
+            with node.engine.begin() as conn:
                 dbsession.backend_terminate(conn, pid)
-        self.last_progress = clock.monotonic()
+        node.last_progress = clock.monotonic()
 
-    def _forget_instance(self) -> None:
+    def forget_instance(self) -> None:
+        """Record the instance stopped (best effort: the process is on its way out)."""
         try:
-            with self.engine.begin() as conn:
-                instances_stopped(conn, self.cluster, self.instance_id)
+            with self.node.engine.begin() as conn:
+                instances_stopped(conn, self.node.cluster, self.node.instance_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
             pass

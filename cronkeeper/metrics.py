@@ -108,6 +108,7 @@ class Metrics:
     def set_skew(self, seconds: float) -> None:
         self.skew.set(seconds)
 
+    # -- leading.LeaderLoop ----------------------------------------------------------------------
     def observe_tick(self, report: Any, schedules: Any = None) -> None:
         """Count each decision of a ``scheduler.TickReport``; ``schedules`` (a ScheduleSet)
         gives the owners."""

@@ -29,6 +29,7 @@ from cronkeeper.errors import LeadershipLost
 from cronkeeper.planning import idempotency_key
 from cronkeeper.schedule import load_valid
 from cronkeeper.scheduler import Scheduler
+from cronkeeper.term import Term
 
 
 @pytest.fixture
@@ -125,8 +126,9 @@ def _lead(pg, schema: str, cluster: str) -> tuple[psycopg.Connection, str, int, 
 
 def _started(conn: psycopg.Connection, cluster: str, term: int, key: int,
              schedules) -> Scheduler:
-    """A Scheduler for a won term, caught up and running ``schedules`` (what Node._lead does)."""
-    sched = Scheduler(conn, cluster=cluster, term=term, lock_key=key)
+    """A Scheduler for a won term, caught up and running ``schedules`` (what the leader's loop,
+    leading.LeaderLoop, does when a term begins)."""
+    sched = Scheduler(Term(conn, term, cluster, key))
     sched.load_versions()
     sched.tick()
     sched.adopt(schedules)

@@ -8,6 +8,7 @@ import json
 import logging
 import math
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,18 +16,20 @@ import pytest
 from claim_rows import Row, batch, flat
 from daemon_harness import schedule_toml, set_path, shared_postgres, wait_for, write_schedules
 
-from cronkeeper import clock, scheduler
+from cronkeeper import clock, versions
 from cronkeeper.db import leadership as dbl
 from cronkeeper.db import periods_claims
 from cronkeeper.db.engine import leader_lock_key, normalize_url
 from cronkeeper.db.schedule_versions import versions_insert
-from cronkeeper.election import Node
+from cronkeeper.leading import LeaderLoop
 from cronkeeper.planning import Decision, Outcome, Reason
 from cronkeeper.schedule import load_valid
 from cronkeeper.schedule.model import ScheduleSet
-from cronkeeper.scheduler import LOG_EACH_UP_TO, Scheduler, TickReport
+from cronkeeper.scheduler import Scheduler, TickReport
+from cronkeeper.term import Term
 from cronkeeper.timing import TimingError, make_trigger
 from cronkeeper.timing.triggers import CHUNK
+from cronkeeper.versions import LOG_EACH_UP_TO
 
 
 # -- triggers --------------------------------------------------------------------------------------
@@ -57,13 +60,13 @@ def test_a_seconds_cron_fires_every_matching_second_in_bounded_chunks() -> None:
 
 
 # -- the leader, in process ------------------------------------------------------------------------
-def _lead(pg, schema: str) -> tuple:
+def _lead(pg, schema: str, progress: Callable[[], None] = lambda: None) -> tuple:
     cluster = f"scale-{uuid.uuid4().hex[:6]}"
     conn = dbl.lock_connect(normalize_url(pg.url), schema, f"scale:{cluster}")
     key = leader_lock_key(schema, cluster)
     assert dbl.lock_wait(conn, key)
     term, _ = dbl.leadership_claim(conn, cluster, cluster)
-    return conn, Scheduler(conn, cluster=cluster, term=term, lock_key=key)
+    return conn, Scheduler(Term(conn, term, cluster, key, progress=progress))
 
 
 def test_adoption_in_batches_records_every_version_at_one_instant_and_policies_stay_apart(
@@ -73,7 +76,7 @@ def test_adoption_in_batches_records_every_version_at_one_instant_and_policies_s
     are skipped while the "allow" ones fire."""
     pg = shared_postgres()
     schema = pg.new_schema()
-    monkeypatch.setattr(scheduler, "ADOPT_ROWS", 7)
+    monkeypatch.setattr(versions, "ADOPT_ROWS", 7)
     files = {"a.toml": "\n".join(
         schedule_toml(f"s{i:02d}", every="1s", misfire="skip", grace="1h",
                       overlap="allow" if i % 2 else "skip") for i in range(20))}
@@ -84,9 +87,9 @@ def test_adoption_in_batches_records_every_version_at_one_instant_and_policies_s
         sched.load_versions()
         sched.tick()
         assert set(sched.adopt(schedules).values()) == {"new"}
-        versions = db.execute("SELECT count(*), count(DISTINCT active_from), "
+        recorded = db.execute("SELECT count(*), count(DISTINCT active_from), "
                               "count(DISTINCT xmin::text) FROM schedule_versions").fetchone()
-        assert versions == (20, 1, 3)  # every version, one instant, three transactions
+        assert recorded == (20, 1, 3)  # every version, one instant, three transactions
         assert len({id(s.trigger) for s in sched.states.values()}) == 1
 
         def tick_until(n_jobs: int) -> None:
@@ -128,8 +131,8 @@ def test_a_term_reads_back_and_adopts_in_steps_each_committed_and_reported_as_pr
     set changed between terms reads back whole and adopts only what changed."""
     pg = shared_postgres()
     schema = pg.new_schema()
-    monkeypatch.setattr(scheduler, "ADOPT_ROWS", 7)
-    monkeypatch.setattr(scheduler, "LOAD_ROWS", 3)
+    monkeypatch.setattr(versions, "ADOPT_ROWS", 7)
+    monkeypatch.setattr(versions, "LOAD_ROWS", 3)
     names = [f"s{i:02d}" for i in range(20)]
 
     def schedules(crons: dict[str, str]) -> ScheduleSet:
@@ -140,10 +143,9 @@ def test_a_term_reads_back_and_adopts_in_steps_each_committed_and_reported_as_pr
     first = schedules(dict.fromkeys(names, "0 4 * * *"))
     second = schedules({**dict.fromkeys(names[2:], "0 4 * * *"), "s05": "0 5 * * *"})
     db = set_path(pg.connect(), schema)
-    conn, sched = _lead(pg, schema)
+    steps: list[int] = []
+    conn, sched = _lead(pg, schema, lambda: steps.append(1))
     try:
-        steps: list[int] = []
-        sched.on_progress = lambda: steps.append(1)
         sched.load_versions()
         assert len(steps) == 1  # one (empty) page
         sched.tick()
@@ -154,9 +156,8 @@ def test_a_term_reads_back_and_adopts_in_steps_each_committed_and_reported_as_pr
         assert db.execute("SELECT count(*), count(DISTINCT xmin::text) FROM "
                           "schedule_versions").fetchone() == (20, 3)
 
-        conn, sched = _lead_after(pg, schema, conn)  # the next term reads them back
-        steps.clear()
-        sched.on_progress = lambda: steps.append(1)
+        conn, sched = _lead_after(pg, schema, conn, lambda: steps.append(1))  # the next term
+        steps.clear()  # reads them back
         sched.load_versions()
         assert sorted(sched.states) == names
         assert len(steps) == 7 + 2  # pages of 3, 3, 3, 3, 3, 3 and 2; filing them by next fire
@@ -175,15 +176,17 @@ def test_a_term_reads_back_and_adopts_in_steps_each_committed_and_reported_as_pr
             conn.close()
 
 
-def _lead_after(pg, schema: str, previous) -> tuple:
+def _lead_after(pg, schema: str, previous, progress: Callable[[], None] = lambda: None) -> tuple:
     previous.close()  # its lock goes with its session
-    return _lead(pg, schema)
+    return _lead(pg, schema, progress)
 
 
 # -- logging a burst -------------------------------------------------------------------------------
-def _node() -> Node:
-    return Node(url=None, schema="cronkeeper", cluster="logs", engine=None,  # type: ignore[arg-type]
-                schedules=ScheduleSet(()), instance_id="logs")
+def _loop() -> LeaderLoop:
+    return LeaderLoop(ScheduleSet(()))
+
+
+TERM = Term(None, 1, "logs", 0)  # type: ignore[arg-type]  # _report writes nothing
 
 
 def _report(n: int, skipped: int = 0) -> TickReport:
@@ -197,20 +200,20 @@ def _report(n: int, skipped: int = 0) -> TickReport:
 
 
 def test_a_few_decisions_log_a_line_each_and_a_burst_logs_one_summary(caplog) -> None:
-    node = _node()
+    loop = _loop()
     caplog.set_level(logging.INFO, logger="cronkeeper")
-    node._report(_report(3, skipped=1))
+    loop._report(_report(3, skipped=1), TERM)
     actions = [r.action for r in caplog.records]
     assert sorted(actions) == ["fire", "fire", "skip"]
     caplog.clear()
-    node._report(_report(LOG_EACH_UP_TO + 1, skipped=2))
+    loop._report(_report(LOG_EACH_UP_TO + 1, skipped=2), TERM)
     summary = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert [r.action for r in summary] == ["fire_batch"]
     assert summary[0].getMessage() == (
         f"fired {LOG_EACH_UP_TO - 1} jobs, skipped 2 periods, 2 overlap in one tick")
     caplog.clear()
     caplog.set_level(logging.DEBUG, logger="cronkeeper")
-    node._report(_report(LOG_EACH_UP_TO + 1))
+    loop._report(_report(LOG_EACH_UP_TO + 1), TERM)
     assert sum(1 for r in caplog.records if getattr(r, "action", "") == "fire") == (
         LOG_EACH_UP_TO + 1)  # each period still at debug
 

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
-import threading
 
 import click
 
-from cronkeeper import clock, logs, systemd
+from cronkeeper import logs
 from cronkeeper.cli import companion
 from cronkeeper.cli.common import database_options, start_metrics
 from cronkeeper.cli.connect import open_database
+from cronkeeper.daemon import Daemon, load_schedules
 from cronkeeper.db.engine import redact
-from cronkeeper.election import Node, NodeOptions, Role, default_instance_id
-from cronkeeper.errors import CronkeeperError, ScheduleError
-from cronkeeper.schedule import load_valid
-from cronkeeper.schedule.model import ScheduleSet
+from cronkeeper.election import NodeOptions, default_instance_id
 
 log = logging.getLogger("cronkeeper.run")
-
-
-def load_schedules(path: str) -> ScheduleSet:
-    """Load and validate; on errors raise ScheduleError, whose message lists every problem
-    (the CLI prints it and exits 1)."""
-    return load_valid([path], now=clock.wall())
 
 
 def daemon_options(func):
@@ -69,19 +59,14 @@ def run_command(
 ) -> None:
     """Run the scheduler daemon."""
     logs.configure(log_format, log_level)
-    gc.disable()  # the loader makes no cycles; the set it makes lives as long as the process:
-    try:  # frozen, the collector never walks it again (the leader's passes stay short)
-        schedules = load_schedules(schedules_dir)
-    finally:
-        gc.freeze()
-        gc.enable()
+    schedules = load_schedules(schedules_dir)
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run", wait=True)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
-    node = Node(
+    daemon = Daemon(
         url=db.url, schema=schema, cluster=cluster, engine=db.engine, schedules=schedules,
-        instance_id=instance_id, metrics=metrics,
+        schedules_dir=schedules_dir, instance_id=instance_id, metrics=metrics,
         options=NodeOptions(leader_timeout=leader_timeout, stall_timeout=stall_timeout),
     )
     log.info(
@@ -89,60 +74,13 @@ def run_command(
         instance_id, len(schedules.specs), redact(db.url), schema, cluster,
         extra={"action": "start", "instance": instance_id},
     )
-    reload_requested = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: node.request_stop())
-    signal.signal(signal.SIGINT, lambda *_: node.request_stop())
-    signal.signal(signal.SIGHUP, lambda *_: reload_requested.set())
-    thread = threading.Thread(target=node.run, name="node")
-    thread.start()
+    signal.signal(signal.SIGTERM, lambda *_: daemon.request_stop())
+    signal.signal(signal.SIGINT, lambda *_: daemon.request_stop())
+    signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
+    daemon.start()
     worker = companion.start_worker(db, cluster, schedules_dir) if with_worker else None
-    ready = False
-    watchdog = systemd.watchdog_interval()
-    next_ping = 0.0
-    while thread.is_alive():
-        if ready:
-            thread.join(0.2)
-        elif node.connected.wait(0.2):  # READY=1 the moment the node has its connection
-            systemd.notify("READY=1\nSTATUS=standby, waiting for leadership")
-            ready = True
-            # After READY=1: the set's digest (what instances compare) is 100,000 serialised
-            # specs at that size, and no part of what READY=1 promises.
-            log.info("ready: schedule set digest %s", schedules.digest,
-                     extra={"action": "ready", "instance": instance_id})
-        if reload_requested.is_set():
-            reload_requested.clear()
-            _reload(node, schedules_dir)
-        if watchdog and clock.monotonic() >= next_ping and _healthy(node, stall_timeout):
-            systemd.notify("WATCHDOG=1")
-            next_ping = clock.monotonic() + watchdog
-    systemd.notify("STOPPING=1")
+    daemon.supervise()
     companion.stop_worker(worker)
     db.engine.dispose()
-    if node.fatal is not None:
-        raise node.fatal
-    if not node.stopping.is_set():  # the node ended on its own: never report success
-        raise CronkeeperError("the scheduler stopped unexpectedly; see the log above")
+    daemon.check_ended()
     log.info("stopped", extra={"action": "stop", "instance": instance_id})
-
-
-def _reload(node: Node, schedules_dir: str) -> None:
-    try:
-        schedules = load_valid([schedules_dir], now=clock.wall())
-    except ScheduleError as exc:
-        for diag in exc.diagnostics:
-            log.error("reload refused: %s", diag.render(), extra={"action": "reload_refused"})
-        log.error("reload refused: the last good schedule set keeps running",
-                  extra={"action": "reload_refused"})
-        return
-    except Exception as exc:  # noqa: BLE001 - a reload must never stop the daemon
-        log.error("reload refused: %s", exc, extra={"action": "reload_refused"})
-        return
-    log.info("reloaded %d schedules (digest %s)", len(schedules.specs), schedules.digest,
-             extra={"action": "reload"})
-    node.reload(schedules)
-
-
-def _healthy(node: Node, stall_timeout: float) -> bool:
-    if node.role is Role.LEADER:
-        return clock.monotonic() - node.last_progress < stall_timeout
-    return True

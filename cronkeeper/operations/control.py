@@ -20,7 +20,8 @@ from cronkeeper.errors import CronkeeperError, UsageError
 from cronkeeper.planning import Decision, Outcome, Reason, manual_key
 from cronkeeper.schedule.diagnostics import safe
 from cronkeeper.schedule.model import read_stored_version
-from cronkeeper.scheduler import claim_add, job_columns, stored_spec
+from cronkeeper.scheduler import claim_add
+from cronkeeper.versions import job_columns, stored_spec
 
 BACKFILL_LIMIT = 100_000
 OPERATOR_TERM = 0  # periods written by operator commands carry term 0

@@ -1,0 +1,224 @@
+"""The leader's loop: what an elected instance does with its term, until the term ends.
+
+The election (``election.Node``) wins a term and hands it to ``LeaderLoop.lead``, which runs a
+``scheduler.Scheduler`` on it::
+
+    load the versions in force ─► catch up (tick until current) ─► adopt the file set
+        ─► loop: adopt a pending set (reload) · tick · prune every prune_interval
+                 · sleep until the next due instant, a wake, or heartbeat_interval
+
+Each bounded step of work is reported as progress (``Term.progress``: the stall watchdog's
+feed; see ``election``). ``lead`` returns when the process stops (the current tick done; the
+election then releases the lock) and raises when the term is lost. Writes the database refuses
+for want of space or memory do not end the term (``lead``'s docstring).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+
+from cronkeeper import clock
+from cronkeeper.db import prune as dbp
+from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
+from cronkeeper.outage import OutageReport, kind_of
+from cronkeeper.schedule.model import ScheduleSet
+from cronkeeper.scheduler import Scheduler, TickReport
+from cronkeeper.term import Term
+from cronkeeper.versions import LOG_EACH_UP_TO
+
+log = logging.getLogger("cronkeeper.leading")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderOptions:
+    heartbeat_interval: float = 1.0  # leader heartbeat (and longest sleep between ticks)
+    prune_interval: float = 60.0
+    retention_jobs_days: float = 14.0
+    retention_periods_days: float = 400.0
+    prune_batch: int = 1000
+
+
+def _settle_heap() -> None:
+    """Collect once, then exempt what survives (specs, triggers, per-schedule state) from future
+    collections: the cyclic collector's full passes otherwise walk every schedule's objects
+    again and again while a burst allocates its rows. Freed objects are still freed (reference
+    counting); only cycles among frozen objects would outlive a reload."""
+    gc.collect()
+    gc.freeze()
+
+
+class LeaderLoop:
+    """One per daemon process, across its terms: the schedule set to run (``schedules``, and a
+    ``reload``-ed one pending), and ``lead`` for each term the election wins.
+
+    ``current`` (an Event) is set once a term has caught up and adopted its schedule set, and
+    cleared when the term ends: what a test waits on before it expects fires."""
+
+    def __init__(self, schedules: ScheduleSet, *, options: LeaderOptions = LeaderOptions(),
+                 metrics=None) -> None:
+        self.schedules = schedules
+        self.options = options
+        self.metrics = metrics
+        self.term: Term | None = None  # the term being led, None between terms
+        self.current = threading.Event()
+        self._wake = threading.Event()
+        self._pending: ScheduleSet | None = None
+        self._refused = OutageReport()  # the term's: writes the database refuses (``lead``)
+
+    # -- from other threads ---------------------------------------------------------------------
+    def reload(self, schedules: ScheduleSet) -> None:
+        if self.term is None:
+            self.schedules = schedules  # a standby reports the digest of what it would run
+        self._pending = schedules
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Cut the current sleep short (a stop: ``Term.stopping`` is checked on waking)."""
+        self._wake.set()
+
+    def digest(self) -> str:
+        """The digest of the set this instance runs (or would run, as a standby)."""
+        return self.schedules.digest
+
+    # -- the term -------------------------------------------------------------------------------
+    def lead(self, term: Term) -> None:
+        """Lead until stopped or the term is lost. A write the database refuses for want of
+        space or memory (``refuses_writes``) does not end the term: no other instance could
+        write either, so stepping down and winning again would only flap (a term per backoff
+        step). The leader keeps its lock, rolls back, says so once a minute
+        (``cronkeeper.outage``), and starts the term's work again from the database after a
+        backoff short enough that neither the standbys nor its own watchdog take it for stuck
+        (each start heartbeats first)."""
+        self.term, self._refused = term, OutageReport()
+        delay = 0.2
+        cap = min(5.0, term.quiet_limit / 2)
+        try:
+            while True:
+                try:
+                    self._lead_once(term)
+                    return
+                except DRIVER_ERRORS as exc:
+                    if term.stopping.is_set() or not refuses_writes(exc) or term.conn.closed \
+                            or term.conn.broken:
+                        raise
+                    self._say_refused(exc, delay, term.number)
+                term.progress()  # holding on, not stuck
+                if term.stopping.wait(delay):
+                    return
+                term.progress()
+                delay = min(delay * 2, cap)
+        finally:
+            self.term = None
+            self.current.clear()
+
+    def _lead_once(self, term: Term) -> None:
+        scheduler = Scheduler(
+            term, on_tick=lambda report: self._report(report, term),
+            resume_floor=timedelta(days=self.options.retention_periods_days),
+        )
+        scheduler.load_versions()
+        scheduler.tick_until_current()  # periods due under the versions in force, up to now
+        if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
+            scheduler.adopt(self.schedules)
+        _settle_heap()
+        self.current.set()
+        next_prune = clock.monotonic()
+        while not term.stopping.is_set():
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                scheduler.tick_until_current()
+                if scheduler.behind:  # stopping mid catch-up: the new set waits for the next leader
+                    break
+                scheduler.adopt(pending)
+                self.schedules = pending
+                _settle_heap()
+            report = scheduler.tick()
+            term.progress()
+            if clock.monotonic() >= next_prune:
+                self._prune(term)
+                next_prune = clock.monotonic() + self.options.prune_interval
+            wait = self.options.heartbeat_interval
+            upcoming = scheduler.next_due()
+            if upcoming is not None:
+                wait = min(wait, max(0.0, (upcoming - report.now).total_seconds()) + 0.001)
+            self._wake.wait(wait)
+            self._wake.clear()
+        # graceful stop: the current tick is done; the election hands the lock over
+
+    def _prune(self, term: Term) -> None:
+        with term.conn.transaction():
+            term.confirm()
+            counts = dbp.prune(
+                term.conn,
+                jobs_days=self.options.retention_jobs_days,
+                periods_days=self.options.retention_periods_days,
+                batch=self.options.prune_batch,
+            )
+        if any(counts):
+            log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
+
+    # -- what the term says ---------------------------------------------------------------------
+    def _say_refused(self, exc: BaseException, delay: float, term: int) -> None:
+        """Writes refused: said when it begins or changes kind, then once a minute
+        (``cronkeeper.outage``); the first tick that commits says it is over (``_report``)."""
+        notice = self._refused.failed(clock.monotonic(), kind_of(describe(exc)))
+        if notice is not None and notice.first:
+            log.warning("database refuses writes: %s; keeping leadership, retrying in %.1fs "
+                        "(said again each minute while it lasts)", describe(exc), delay,
+                        extra={"action": "db_unavailable", "term": term})
+        elif notice is not None:
+            log.warning("database still refuses writes: %s; for %.0fs, %d failed tries",
+                        describe(exc), notice.lasted, notice.failures,
+                        extra={"action": "db_unavailable", "term": term})
+
+    def _report(self, report: TickReport, term: Term) -> None:
+        """A committed tick: progress, its log lines, its metrics."""
+        term.progress()
+        if self._refused.down:  # writes refused (``lead``), and now one committed
+            notice = self._refused.recovered(clock.monotonic())
+            assert notice is not None
+            log.warning("database accepts writes again after %.1fs (%d failed tries)",
+                        notice.lasted, notice.failures,
+                        extra={"action": "db_reconnected", "term": term.number})
+        decisions = report.decisions
+        # A line per period costs ~15 us: fine for a few, a second of the leader's time for a
+        # burst of 100,000. Past LOG_EACH_UP_TO, one summary line at info, each period at debug.
+        each = len(decisions) <= LOG_EACH_UP_TO
+        if not each:
+            fired = sum(1 for _, d, _ in decisions if d.reason is None)
+            skipped = Counter(str(d.reason) for _, d, _ in decisions if d.reason is not None)
+            log.info(
+                "fired %d jobs, skipped %d periods%s in one tick", fired, len(decisions) - fired,
+                "".join(f", {n} {r}" for r, n in sorted(skipped.items())),
+                extra={"action": "fire_batch", "term": term.number},
+            )
+        fire_level = logging.INFO if each else logging.DEBUG
+        skip_level = logging.WARNING if each else logging.DEBUG
+        if each or log.isEnabledFor(logging.DEBUG):
+            for schedule, decision, job_id in decisions:
+                if decision.reason is None:
+                    log.log(
+                        fire_level, "fired %s", schedule,
+                        extra={"action": "fire", "schedule": schedule, "term": term.number,
+                               "scheduled_for": decision.scheduled_for.isoformat(),
+                               "job_id": job_id},
+                    )
+                else:
+                    log.log(
+                        skip_level, "skipped %s (%s)", schedule, decision.reason,
+                        extra={"action": "skip", "schedule": schedule, "term": term.number,
+                               "scheduled_for": decision.scheduled_for.isoformat(),
+                               "reason": str(decision.reason)},
+                    )
+        if report.lost:
+            log.warning(
+                "%d periods were already decided by another leader; emitted nothing for them",
+                report.lost, extra={"action": "claim_lost", "term": term.number},
+            )
+        if self.metrics is not None:
+            self.metrics.observe_tick(report, self.schedules)

@@ -320,3 +320,46 @@ def test_db_fast_paths_are_reached_only_through_their_public_function():
                 offenders += [f"{path.relative_to(root)}: {node.module}.{a.name}"
                               for a in node.names if a.name.startswith("_")]
     assert offenders == []
+
+
+# The election only elects (issue 19): what it may import of cronkeeper. Nothing that plans,
+# claims or keeps schedules (planning, scheduler, leading, versions, due, schedule, the
+# periods' and outbox's statements): the leader's work reaches it only as the ``lead`` callable
+# it is handed, and comes back only as progress reports (cronkeeper.term).
+ELECTION_MAY_IMPORT = {
+    "cronkeeper.__version__", "cronkeeper.clock", "cronkeeper.errors", "cronkeeper.outage",
+    "cronkeeper.term", "cronkeeper.timing",  # (timing: tzdata_version, for the registry)
+    "cronkeeper.db.engine", "cronkeeper.db.leadership", "cronkeeper.db.sessions",
+    "cronkeeper.db.instances",
+}
+# The leader's side knows the election only through the Term it is handed.
+LEADER_SIDE = ["term.py", "leading.py", "scheduler.py", "versions.py", "due.py"]
+
+
+def _cronkeeper_imports(path: Path) -> set[str]:
+    """The modules of cronkeeper a module imports (``from cronkeeper.db import leader`` is
+    ``cronkeeper.db.leader``; ``from cronkeeper import __version__``, ``cronkeeper.__version__``),
+    lazy imports inside functions included."""
+    def submodule(package: str, name: str) -> bool:
+        base = PACKAGE.parent.joinpath(*package.split("."), name)
+        return base.with_suffix(".py").exists() or base.is_dir()
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                whole = submodule(node.module, a.name) or node.module == "cronkeeper"
+                names.add(f"{node.module}.{a.name}" if whole else node.module)
+    return {n for n in names if n.split(".")[0] == "cronkeeper"}
+
+
+def test_the_election_imports_nothing_that_plans_or_claims():
+    found = _cronkeeper_imports(PACKAGE / "election.py")
+    assert "cronkeeper.db.leadership" in found  # the rule reads the module it means to
+    assert sorted(found - ELECTION_MAY_IMPORT) == []
+    leader_side = {name: _cronkeeper_imports(PACKAGE / name) for name in LEADER_SIDE}
+    assert "cronkeeper.term" in leader_side["scheduler.py"]
+    assert {n: "cronkeeper.election" for n, found in leader_side.items()
+            if "cronkeeper.election" in found} == {}

@@ -10,7 +10,9 @@ recorded. Pure: versions, records, the window and ``now`` are all arguments.
 - Each expected period, merged with its recorded outcome (and job), gets a status:
   ``emitted`` (lag = emitted_at - scheduled_for), ``skipped`` (with the recorded reason),
   ``pending`` (no outcome yet, due at most ``grace`` ago) or ``missing`` (no outcome, due more
-  than ``grace`` ago: the case the audit exists for).
+  than ``grace`` ago: the case the audit exists for). A period without an outcome on a date the
+  version's calendar lists is ``skipped`` (reason ``calendar``): it was never to fire (the
+  planner's rule, ``planning.on_listed_date``), so a leader that was away then lost nothing.
 - A recorded outcome that no version implies (a backfill, or a row written by hand) is listed
   with its recorded status too: the audit hides nothing that was recorded.
 - Periods decided before the retention horizon are pruned (default 400 days): the window is cut
@@ -27,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from cronkeeper.planning import Reason, listed_test
 from cronkeeper.schedule.model import ScheduleSpec, read_stored_version
 from cronkeeper.timing import TimingError, Trigger, parse_duration, parse_instant
 
@@ -239,9 +242,11 @@ def audit_schedule(
     row, fmt = HistoryRow, iso_second
     emitted, skipped = Status.EMITTED.value, Status.SKIPPED.value
     pending, missing = Status.PENDING.value, Status.MISSING.value
+    calendar = Reason.CALENDAR.value
     source = fires or uncached_fires
     for version, trigger, after, upto in version_spans(versions, since, until, triggers):
         grace = version.spec.grace  # type: ignore[union-attr]
+        listed = listed_test(version.spec)  # type: ignore[arg-type]
         for at in source(version.version_id, trigger, after, upto):
             while rec is not None and rec[0] <= at:
                 r_at, outcome, reason, emitted_at, state, attempts = rec
@@ -258,7 +263,10 @@ def audit_schedule(
                 if r_at == at:
                     break
             else:
-                append(row(schedule, fmt(at), pending if now_s - at <= grace else missing))
+                if listed is not None and listed(at):
+                    append(row(schedule, fmt(at), skipped, calendar))
+                else:
+                    append(row(schedule, fmt(at), pending if now_s - at <= grace else missing))
     while rec is not None:
         if lo <= rec[0] <= hi:
             append(_recorded(schedule, rec))

@@ -3,7 +3,12 @@ gathered at the moment they are decided (database now, paused, previous job unfi
 
     plan(spec, due, now, paused=..., busy=...) -> [Decision]
 
-Rules (§6):
+Rules (§6, §19):
+- calendar: a period whose local date (in the schedule's zone) its calendar lists is skipped
+  (reason ``calendar``), whatever else holds: it was never meant to fire, so neither a pause,
+  nor lateness, nor a busy previous job is its reason. With ``on_calendar = "next_day"`` the
+  moved fires are periods of their own (the trigger names them: ``timing.calendars``), decided
+  by the rules below like any other.
 - paused: every due period is skipped (reason ``paused``).
 - misfire ``skip``: a period more than ``grace`` late is skipped (``misfire``).
 - misfire ``catch_up``: periods at most ``catch_up_limit`` late are emitted, oldest first;
@@ -20,12 +25,16 @@ Rules (§6):
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
+from typing import NamedTuple
+from zoneinfo import ZoneInfo
 
 from cronkeeper.schedule.model import Misfire, Overlap, ScheduleSpec
+from cronkeeper.timing import Trigger, load_zone
+from cronkeeper.timing.calendars import Calendar, MovedTrigger
 
 
 class Outcome(StrEnum):
@@ -39,6 +48,7 @@ class Reason(StrEnum):
     PAUSED = "paused"
     COALESCED = "coalesced"
     BACKFILL = "backfill"
+    CALENDAR = "calendar"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +94,52 @@ def period_of_key(key: str) -> tuple[str, datetime] | None:
         return None
 
 
+def on_listed_date(spec: ScheduleSpec, scheduled_for: datetime) -> bool:
+    """Whether the period at ``scheduled_for`` falls on a local date the schedule's calendar
+    lists: the one test of it (the planner and ``next`` ask here; the audit, in Unix seconds,
+    through ``listed_test``)."""
+    calendar = spec.calendar
+    return calendar is not None and calendar.lists(scheduled_for, load_zone(spec.timezone))
+
+
+def listed_test(spec: ScheduleSpec) -> Callable[[int], bool] | None:
+    """``on_listed_date`` for periods in Unix seconds; None for a spec without a calendar."""
+    calendar = spec.calendar
+    if calendar is None:
+        return None
+    return functools.partial(_lists_second, calendar, load_zone(spec.timezone))
+
+
+def _lists_second(calendar: Calendar, zone: ZoneInfo, at: int) -> bool:
+    return calendar.lists_second(at, zone)
+
+
+class CalendarMark(NamedTuple):
+    """How a fire stands to the schedule's calendar, for people reading its next fires:
+    ``kind`` ``skipped`` (on a listed date: skipped, reason ``calendar``; ``days`` is that
+    date) or ``moved`` (a fire ``on_calendar = "next_day"`` moved from the listed ``days``)."""
+
+    kind: str
+    days: tuple[date, ...]
+    text: str
+
+
+def calendar_mark(spec: ScheduleSpec, trigger: Trigger, at: datetime) -> CalendarMark | None:
+    """The :class:`CalendarMark` of a fire of ``trigger`` (``spec.trigger()``) at ``at``."""
+    calendar = spec.calendar
+    if calendar is None:
+        return None
+    if on_listed_date(spec, at):
+        day = at.astimezone(load_zone(spec.timezone)).date()
+        return CalendarMark("skipped", (day,), f"skipped: calendar '{calendar.name}' lists {day}")
+    origin = tuple(trigger.origin(at)) if isinstance(trigger, MovedTrigger) else ()
+    if not origin:
+        return None
+    days = ", ".join(map(str, origin))
+    return CalendarMark("moved", origin, f"moved from {days} (calendar '{calendar.name}' "
+                                         f"lists {'them' if len(origin) > 1 else 'it'})")
+
+
 def plan(
     spec: ScheduleSpec,
     due: Sequence[datetime],
@@ -91,6 +147,21 @@ def plan(
     *,
     paused: bool,
     busy: bool,
+) -> list[Decision]:
+    if spec.calendar is not None:
+        on = [on_listed_date(spec, p) for p in due]
+        if any(on):
+            rest = [p for p, listed in zip(due, on, strict=True) if not listed]
+            decisions = [Decision(p, Outcome.SKIPPED, Reason.CALENDAR)
+                         for p, listed in zip(due, on, strict=True) if listed]
+            decisions += _plan(spec, rest, now, paused=paused, busy=busy)
+            decisions.sort(key=lambda d: d.scheduled_for)
+            return decisions
+    return _plan(spec, due, now, paused=paused, busy=busy)
+
+
+def _plan(
+    spec: ScheduleSpec, due: Sequence[datetime], now: datetime, *, paused: bool, busy: bool
 ) -> list[Decision]:
     if paused:
         return [Decision(p, Outcome.SKIPPED, Reason.PAUSED) for p in due]

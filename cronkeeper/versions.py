@@ -31,6 +31,7 @@ from cronkeeper.schedule.model import (
 )
 from cronkeeper.term import Term
 from cronkeeper.timing import Trigger
+from cronkeeper.timing.calendars import Calendar
 
 log = logging.getLogger("cronkeeper.versions")
 
@@ -60,6 +61,9 @@ class Family(NamedTuple):
     overlap: Overlap
     jitter: float
     job: JobColumns
+    # (calendar, zone) of a schedule with a calendar (the planner skips the periods on its
+    # listed local dates), else None: families without one stay shared across zones.
+    calendar: tuple[Calendar, str] | None = None
 
 
 class VersionsInForce:
@@ -183,8 +187,9 @@ class VersionsInForce:
         return at
 
     def _family(self, spec: ScheduleSpec) -> Family:
+        calendar = (spec.calendar, spec.timezone) if spec.calendar is not None else None
         family = Family(spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap, spec.jitter,
-                        job_columns(spec))
+                        job_columns(spec), calendar)
         return self._families.setdefault(family, family)
 
 

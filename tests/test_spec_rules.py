@@ -570,7 +570,7 @@ def test_files_read_by_several_processes_say_what_one_process_says(tmp_path):
     one = loader._load_files(files, NOW, (False, True), readers=1)
     three = loader._load_files(files, NOW, (False, True), readers=3)
     assert three == one
-    assert [len(diags) for _, _, diags in one] == [0, 1, 5, 1]  # each file's own problems
+    assert [len(result[2]) for result in one] == [0, 1, 5, 1]  # each file's own problems
     everything = load_paths([tmp_path], now=NOW, keep_specs=False)
     assert sum("duplicate schedule name" in d.message for d in everything.errors) == 4
 

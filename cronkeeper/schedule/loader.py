@@ -18,6 +18,9 @@ Choices (docs/schedules.md repeats them for operators):
   run code on every worker. One error per file, at its first ``command``.
 - A name defined twice (in one directory or across paths) is an error at each definition, and
   neither copy is loaded.
+- The top-level table ``calendars`` holds calendars, not a schedule (``schedule.calendars``):
+  a calendar may be defined in any file, so a schedule's ``calendar`` is resolved once every
+  file is read.
 
 ``load_paths`` never raises for bad input; ``load_valid`` raises :class:`ScheduleError`.
 """
@@ -39,6 +42,7 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.errors import ScheduleError
+from cronkeeper.schedule import calendars as cal
 from cronkeeper.schedule import fasttoml
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 from cronkeeper.schedule.lines import LineIndex
@@ -144,10 +148,14 @@ def _load_paths(
     defined = 0
     first_seen: dict[str, tuple[str, int]] = {}
     duplicates: set[str] = set()
-    for (file, _), (file_specs, names, file_diags) in zip(
+    calendar_defs: list[cal.CalendarDef] = []
+    calendar_refs: list[cal.CalendarRef] = []
+    for (file, _), (file_specs, names, file_diags, defs, refs) in zip(
         files, _load_files(files, now, wanted), strict=True
     ):
         diagnostics.extend(file_diags)
+        calendar_defs.extend(defs)
+        calendar_refs.extend(refs)
         defined += len(names)
         for name, line in names:
             if name in first_seen:
@@ -165,10 +173,14 @@ def _load_paths(
                 first_seen[name] = (file, line)
         specs.extend(file_specs)
 
+    resolved, unresolved, calendar_diags = cal.resolve(calendar_defs, calendar_refs)
+    diagnostics.extend(calendar_diags)
     order = {file: i for i, (file, _) in enumerate(files)}
     diagnostics.sort(key=lambda d: (order.get(d.file, -1), d.line))
     return LoadResult(
-        schedules=ScheduleSet(tuple(s for s in specs if s.name not in duplicates)),
+        schedules=ScheduleSet(tuple(
+            s.with_calendar(resolved[s.name]) if s.name in resolved else s
+            for s in specs if s.name not in duplicates and s.name not in unresolved)),
         errors=[d for d in diagnostics if d.severity is Severity.ERROR],
         warnings=[d for d in diagnostics if d.severity is Severity.WARNING],
         files=tuple(file for file, _ in files),
@@ -189,7 +201,10 @@ def load_valid(paths: Sequence[str | os.PathLike[str]], *, now: datetime) -> Sch
     return result.schedules
 
 
-FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic]]
+# (valid specs, (name, line) of every schedule defined, diagnostics, calendars defined,
+# calendars named by valid schedules)
+FileResult = tuple[list[ScheduleSpec], list[tuple[str, int]], list[Diagnostic],
+                   list[cal.CalendarDef], list[cal.CalendarRef]]
 # Below this many bytes of files, forking readers costs more than it saves.
 PARALLEL_BYTES = 4 * 1024 * 1024
 MAX_READERS = 8
@@ -308,12 +323,12 @@ def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
 def _load_file(
     file: str, root: str | None, now: datetime, memo: Memo, wanted: Wanted
 ) -> FileResult:
-    """(valid specs, (name, line) of every schedule defined, diagnostics) of one file."""
+    """The :data:`FileResult` of one file."""
     diags: list[Diagnostic] = []
 
-    def fail(message: str, line: int = 1) -> tuple[list[ScheduleSpec], list, list[Diagnostic]]:
+    def fail(message: str, line: int = 1) -> FileResult:
         diags.append(Diagnostic(file, line, None, message))
-        return [], [], diags
+        return [], [], diags, [], []
 
     try:
         # O_NONBLOCK: should a FIFO replace the file after special_file() looked, opening it
@@ -353,7 +368,15 @@ def _load_file(
     specs: list[ScheduleSpec] = []
     names: list[tuple[str, int]] = []
     command_line: tuple[str, int] | None = None
+    defs: list[cal.CalendarDef] = []
+    refs: list[cal.CalendarRef] = []
     for name, table in doc.items():
+        if name == cal.CALENDARS_KEY:
+            found, calendar_diags = cal.read_calendars(table, file=file, line_of=index.line,
+                                                       now=now, warnings=wanted[1])
+            defs.extend(found)
+            diags.extend(calendar_diags)
+            continue
         if not isinstance(table, dict):
             diags.append(Diagnostic(file, index.line(name), None, _not_a_table(name, table)))
             continue
@@ -370,6 +393,8 @@ def _load_file(
             diags.extend(schedule_diags)
         if spec is not None and wanted[0]:
             specs.append(spec)
+        if "calendar" in table and cal.name_problem(table["calendar"]) is None:
+            refs.append(cal.CalendarRef(name, table["calendar"], file, line_of("calendar")))
         if "command" in table and command_line is None:
             command_line = (name, line_of("command"))
 
@@ -381,7 +406,7 @@ def _load_file(
             name, line = command_line
             diags.append(Diagnostic(file, line, name, problem))
             specs = []
-    return specs, names, diags
+    return specs, names, diags, defs, refs
 
 
 def _deepest_line(text: str, exc: RecursionError) -> int:

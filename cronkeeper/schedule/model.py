@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import math
 import sys
 from dataclasses import dataclass, field
+from datetime import date
 from enum import StrEnum
 from typing import Any, overload
 
 from cronkeeper import backoff as backoff_defaults
 from cronkeeper.errors import UnreadableVersion
 from cronkeeper.timing import Trigger, make_trigger, resolve
+from cronkeeper.timing.calendars import Calendar, moved_trigger
 
 NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,127}"
 
@@ -28,6 +31,14 @@ class Overlap(StrEnum):
     SKIP = "skip"
     ALLOW = "allow"
     SERIAL = "serial"
+
+
+class OnCalendar(StrEnum):
+    """What happens to a period on a date the schedule's calendar lists: it is skipped (reason
+    ``calendar``); with ``next_day`` its time of day also fires on the next unlisted day."""
+
+    SKIP = "skip"
+    NEXT_DAY = "next_day"
 
 
 # Defaults of §2: the background-job rules (30 s base, factor 2, full jitter, 5 attempts).
@@ -91,6 +102,10 @@ class ScheduleSpec:
     owner: str | None = None
     description: str | None = None
     output_limit: int = DEFAULT_OUTPUT_LIMIT  # bytes; 0 keeps nothing
+    # The dates it does not fire on, resolved from the calendar it names (the loader resolves
+    # the name once every file is read: calendars may be defined in any file).
+    calendar: Calendar | None = None
+    on_calendar: OnCalendar = OnCalendar.SKIP
     # Where it came from; not part of the spec's identity (moving a schedule between files
     # does not make a new version).
     file: str = field(default="", compare=False)
@@ -108,8 +123,12 @@ class ScheduleSpec:
             name, self.timezone, self.misfire, self.cron, self.every, self.catch_up_limit,
             self.overlap, task, self.command, self.payload_json, self.grace, self.jitter,
             self.timeout, self.max_attempts, self.backoff, self.permanent_exit_codes, self.owner,
-            description, self.output_limit, file, line,
+            description, self.output_limit, self.calendar, self.on_calendar, file, line,
         )  # fmt: skip
+
+    def with_calendar(self, calendar: Calendar) -> ScheduleSpec:
+        """This spec with the dates of the calendar it names (how the loader resolves it)."""
+        return dataclasses.replace(self, calendar=calendar)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -124,8 +143,10 @@ class ScheduleSpec:
         """Readable JSON, stored with every schedule version so audits are plain SQL.
         ``output_limit`` only when it is not the default: a spec that does not set it keeps
         the digest it had before the key existed (so no schedule becomes a new version, and a
-        worker of the previous release runs its commands in a mixed fleet)."""
-        doc = {
+        worker of the previous release runs its commands in a mixed fleet). A schedule with a
+        calendar also holds ``calendar`` (its name and every date) and ``on_calendar``; one
+        without holds neither key, for the same reason."""
+        doc: dict[str, Any] = {
             "name": self.name,
             "cron": self.cron,
             "every": self.every,
@@ -151,6 +172,9 @@ class ScheduleSpec:
         }
         if self.output_limit != DEFAULT_OUTPUT_LIMIT:
             doc["output_limit"] = self.output_limit
+        if self.calendar is not None:
+            doc["calendar"] = self.calendar.to_json()
+            doc["on_calendar"] = str(self.on_calendar)
         return doc
 
     @classmethod
@@ -181,6 +205,8 @@ class ScheduleSpec:
             owner=shared_text(data.get("owner")),
             description=shared_text(data.get("description")),
             output_limit=int(data.get("output_limit", DEFAULT_OUTPUT_LIMIT)),
+            calendar=_calendar_from_json(data.get("calendar")),
+            on_calendar=OnCalendar(data.get("on_calendar", "skip")),
         )
 
     @property
@@ -203,11 +229,15 @@ class ScheduleSpec:
         two equal over varied specs; the stored versions' digests depend on it."""
         b = self.backoff
         limit = self.output_limit
+        calendar = self.calendar
         return _CANONICAL % (
-            _json(b.base), _json(b.factor), _json(b.max), _json(self.catch_up_limit),
+            _json(b.base), _json(b.factor), _json(b.max),
+            "" if calendar is None else f'"calendar":{calendar.canonical_json()},',
+            _json(self.catch_up_limit),
             "null" if self.command is None else _json_list(self.command), _json(self.cron),
             _json(self.description), _json(self.every), _json(self.grace), _json(self.jitter),
             _json(self.max_attempts), _json(str(self.misfire)), _json(self.name),
+            "" if calendar is None else f'"on_calendar":{_json(str(self.on_calendar))},',
             "" if limit == DEFAULT_OUTPUT_LIMIT else f'"output_limit":{_json(limit)},',
             _json(str(self.overlap)), _json(self.owner), _canonical_payload(self.payload_json),
             _json_list(self.permanent_exit_codes), _json(self.task), _json(self.timeout),
@@ -222,9 +252,13 @@ class ScheduleSpec:
 
     def trigger(self) -> Trigger:
         """When this schedule fires (the one place a spec becomes a trigger; the name is what
-        a cron's ``H`` hashes)."""
-        return make_trigger(cron=self.cron, every=self.every, timezone=self.timezone,
-                            name=self.name)
+        a cron's ``H`` hashes). With ``on_calendar = "next_day"``, the fires on the dates its
+        calendar lists also fire on the next unlisted day (``timing.calendars``)."""
+        trigger = make_trigger(cron=self.cron, every=self.every, timezone=self.timezone,
+                               name=self.name)
+        if self.calendar is not None and self.on_calendar is OnCalendar.NEXT_DAY:
+            return moved_trigger(trigger, self.calendar)
+        return trigger
 
 
 def read_stored_version(schedule: str, version_id: int, data: Any) -> tuple[ScheduleSpec, Trigger]:
@@ -246,12 +280,28 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-# ScheduleSpec.to_json()'s keys in sorted order, as canonical_json writes them (the %s after
-# "name" is ``"output_limit":N,`` when it is not the default, else nothing).
+def _calendar_from_json(data: Any) -> Calendar | None:
+    """A stored spec's ``calendar`` (``{"name": ..., "dates": ["2026-12-25", ...]}``)."""
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("dates"), list):
+        raise ValueError("calendar is not an object with a list of dates")
+    return _stored_calendar(str(data["name"]), tuple(data["dates"]))
+
+
+@functools.lru_cache(maxsize=256)
+def _stored_calendar(name: str, dates: tuple[str, ...]) -> Calendar:
+    return Calendar.of(name, [date.fromisoformat(d) for d in dates])
+
+
+# ScheduleSpec.to_json()'s keys in sorted order, as canonical_json writes them. The keys that
+# only some specs hold are a %s each, their text or nothing: after "backoff", ``"calendar":{...},``
+# with a calendar; after "name", ``"on_calendar":"...",`` with a calendar, then
+# ``"output_limit":N,`` when it is not the default.
 _CANONICAL = (
-    '{"backoff":{"base":%s,"factor":%s,"max":%s},"catch_up_limit":%s,"command":%s,"cron":%s,'
+    '{"backoff":{"base":%s,"factor":%s,"max":%s},%s"catch_up_limit":%s,"command":%s,"cron":%s,'
     '"description":%s,"every":%s,"grace":%s,"jitter":%s,"max_attempts":%s,"misfire":%s,'
-    '"name":%s,%s"overlap":%s,"owner":%s,"payload":%s,"permanent_exit_codes":%s,"task":%s,'
+    '"name":%s,%s%s"overlap":%s,"owner":%s,"payload":%s,"permanent_exit_codes":%s,"task":%s,'
     '"timeout":%s,"timezone":%s}'
 )
 _encode_str = json.encoder.encode_basestring_ascii  # what json.dumps writes a str with

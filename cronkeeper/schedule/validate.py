@@ -28,6 +28,7 @@ from enum import Enum
 from sys import intern  # repeated values kept once (see model.shared_text)
 from typing import Any
 
+from cronkeeper.schedule import calendars
 from cronkeeper.schedule import timing_checks as timing
 from cronkeeper.schedule import values as v
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
@@ -44,6 +45,7 @@ from cronkeeper.schedule.model import (
     MAX_OUTPUT_LIMIT,
     Backoff,
     Misfire,
+    OnCalendar,
     Overlap,
     ScheduleSpec,
     shared_backoff,
@@ -52,7 +54,7 @@ from cronkeeper.schedule.model import (
 KEYS = (
     "cron", "every", "timezone", "misfire", "catch_up_limit", "overlap", "task", "command",
     "payload", "grace", "jitter", "timeout", "max_attempts", "backoff", "permanent_exit_codes",
-    "owner", "description", "output_limit",
+    "owner", "description", "output_limit", "calendar", "on_calendar",
 )  # fmt: skip
 _KNOWN_KEYS = frozenset(KEYS)
 BACKOFF_KEYS = ("base", "factor", "max")
@@ -301,6 +303,14 @@ def _check(
             err(f"'catch_up_limit' applies only with misfire = \"catch_up\" (this schedule has "
                 f"misfire = \"{misfire}\"); remove it or change misfire", "catch_up_limit")  # fmt: skip
 
+    # -- calendar: its name here; its dates once every file is read (schedule.calendars) ----------
+    on_calendar = _enum(table, "on_calendar", OnCalendar, err, required=False) or OnCalendar.SKIP
+    if "calendar" in table and (problem := calendars.name_problem(table["calendar"])):
+        err(problem, "calendar")
+    elif "on_calendar" in table and "calendar" not in table:
+        err("'on_calendar' applies only with 'calendar' (the dates it is about); name the "
+            "calendar or remove it", "on_calendar")  # fmt: skip
+
     # -- what: task | command, payload -----------------------------------------------------------
     task = table.get("task")
     command = table.get("command")
@@ -414,13 +424,15 @@ def _check(
         owner=intern(owner) if owner else owner,
         description=intern(description) if description else description,
         output_limit=output_limit,
+        on_calendar=on_calendar,
         file=file,
         line=line_of(),
     )
     return 0, spec, tuple(findings)
 
 
-_CHOICES: dict[type[Enum], tuple[str, ...]] = {enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap)}
+_CHOICES: dict[type[Enum], tuple[str, ...]] = {
+    enum: tuple(str(m) for m in enum) for enum in (Misfire, Overlap, OnCalendar)}
 _MEMBERS: dict[type[Enum], dict[str, Any]] = {enum: {str(m): m for m in enum} for enum in _CHOICES}
 
 

@@ -76,6 +76,16 @@ def explain_command(database_url, schema, cluster, key, fmt) -> None:
                    f"(schedule version {d['version_id']}, digest {str(d['digest'])[:12]})")
     else:
         click.echo("decision: none recorded (an enqueued job, or pruned)")
+    c = result.get("calendar")
+    if c:
+        if c["listed"]:
+            said = f"lists {c['local_date']}, the period's local date in {c['timezone']}"
+        elif c["moved_from"]:
+            said = (f"lists {', '.join(c['moved_from'])}: this fire was moved from there "
+                    f"to {c['local_date']} (on_calendar = next_day)")
+        else:
+            said = f"does not list {c['local_date']} (on_calendar = {c['on_calendar']})"
+        click.echo(f"calendar: '{safe(c['name'])}' {said}")
     e = result["emission"]
     if e:
         click.echo(f"emission: job {e['id']} task {safe(e['task'])} created {e['created_at']} "

@@ -1,7 +1,9 @@
 """`cronkeeper next NAME --schedules DIR`: the next fire instants of one schedule (docs/schedules.md).
 
 Prints each fire local (with its offset) and in UTC, so anyone can check DST behaviour before
-it happens; a cron with ``H`` first says what it resolves to for this schedule's name. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.
+it happens; a cron with ``H`` first says what it resolves to for this schedule's name. With a
+calendar, the periods on its listed dates are listed too, marked skipped, and a fire that
+``on_calendar = "next_day"`` moved says from which date. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.
 Database-free: imports only the spec and timing cores.
 """
 
@@ -17,6 +19,7 @@ import click
 from cronkeeper import clock
 from cronkeeper.cli.common import format_option, safe
 from cronkeeper.errors import CronkeeperError
+from cronkeeper.planning import CalendarMark, calendar_mark
 from cronkeeper.schedule import ScheduleSpec, load_paths
 from cronkeeper.timing import instants, load_zone, parse_instant
 
@@ -30,11 +33,26 @@ def _after_option(ctx: click.Context, param: click.Parameter, value: str | None)
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-def next_fires(spec: ScheduleSpec, after: datetime, count: int) -> list[tuple[datetime, datetime]]:
-    """(UTC instant, local time in the schedule's zone) of the next ``count`` fires."""
+Fire = tuple[datetime, datetime, CalendarMark | None]
+
+
+def next_fires(spec: ScheduleSpec, after: datetime, count: int) -> list[Fire]:
+    """(UTC instant, local time in the schedule's zone, how it stands to the calendar) of the
+    next ``count`` periods: a period a calendar skips counts, and is marked so."""
     trigger = spec.trigger()
     tz = load_zone(spec.timezone)
-    return [(t, t.astimezone(tz)) for t in islice(trigger.fires(after, instants.END), count)]
+    return [(t, t.astimezone(tz), calendar_mark(spec, trigger, t))
+            for t in islice(trigger.fires(after, instants.END), count)]
+
+
+def calendar_note(spec: ScheduleSpec) -> str | None:
+    """The calendar a schedule names, in a line: its name, policy and last date."""
+    calendar = spec.calendar
+    if calendar is None:
+        return None
+    last = calendar.last_date()
+    return (f"# calendar '{safe(calendar.name)}' (on_calendar = {spec.on_calendar}): "
+            f"{len(calendar.days)} date{'s' if len(calendar.days) != 1 else ''}, the last {last}")
 
 
 def utc_text(when: datetime) -> str:
@@ -49,11 +67,12 @@ def hashed_note(spec: ScheduleSpec) -> str | None:
     return f"# cron '{safe(spec.cron)}' is '{safe(resolved)}' for '{safe(spec.name)}' (H hashes the name)"
 
 
-def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]], count: int) -> str:
-    note = hashed_note(spec)
-    lines = [note] if note else []
+def render_table(spec: ScheduleSpec, fires: list[Fire], count: int) -> str:
+    lines = [note for note in (hashed_note(spec), calendar_note(spec)) if note]
     lines += [
-        f"{local.isoformat()}  {safe(local.tzname())}  {utc_text(utc)}" for utc, local in fires
+        f"{local.isoformat()}  {safe(local.tzname())}  {utc_text(utc)}"
+        + (f"  {safe(mark.text)}" if mark else "")
+        for utc, local, mark in fires
     ]
     if len(fires) < count:
         lines.append(
@@ -63,14 +82,29 @@ def render_table(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]], cou
     return "\n".join(lines)
 
 
-def render_json(spec: ScheduleSpec, fires: list[tuple[datetime, datetime]]) -> str:
+def fire_json(utc: datetime, local: datetime, mark: CalendarMark | None) -> dict[str, object]:
+    """One fire: ``utc`` and ``local``; ``"skipped": "calendar"`` on a date the calendar lists;
+    ``"moved_from": ["YYYY-MM-DD", ...]`` for a fire ``next_day`` moved from listed dates."""
+    item: dict[str, object] = {"utc": utc_text(utc), "local": local.isoformat()}
+    if mark is not None:
+        item.update({"skipped": "calendar"} if mark.kind == "skipped"
+                    else {"moved_from": [d.isoformat() for d in mark.days]})
+    return item
+
+
+def render_json(spec: ScheduleSpec, fires: list[Fire]) -> str:
     document: dict[str, object] = {
         "schedule": spec.name,
         "timezone": spec.timezone,
-        "fires": [{"utc": utc_text(utc), "local": local.isoformat()} for utc, local in fires],
+        "fires": [fire_json(*fire) for fire in fires],
     }
     if spec.resolved_cron != spec.cron:  # H: say what it resolved to
         document["cron"], document["resolved_cron"] = spec.cron, spec.resolved_cron
+    if spec.calendar is not None:
+        last = spec.calendar.last_date()
+        document["calendar"] = {"name": spec.calendar.name, "on_calendar": str(spec.on_calendar),
+                                "dates": len(spec.calendar.days),
+                                "last_date": last.isoformat() if last else None}
     return json.dumps(document, indent=2)
 
 

@@ -14,8 +14,10 @@ from cronkeeper.db.periods import periods_get
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.operations.output import attempt_view
-from cronkeeper.planning import period_of_key
+from cronkeeper.planning import calendar_mark, period_of_key
 from cronkeeper.runtimes import SAMPLE, json_fields, runtime_of
+from cronkeeper.schedule.model import read_stored_version
+from cronkeeper.timing import load_zone
 
 
 def _iso(value: Any) -> Any:
@@ -42,14 +44,42 @@ def story(conn: Any, key: str) -> dict[str, Any]:
     if job is None and period is None:
         raise CronkeeperError(f"nothing recorded for {key!r}: no period and no job with that key "
                               "(pruned after retention, or never decided)")
+    history = versions_all(conn, [parsed[0]]) if parsed is not None else []
     return {
         "key": key,
         "decision": clean(period),
+        "calendar": calendar_story(history, period),
         "emission": clean(job),
         "attempts": [{**clean(attempt_view(a)), "duration_seconds": _duration(a)}
                      for a in attempts],
         "final_state": job["state"] if job else (period["outcome"] if period else None),
         "runtime": runtime_story(conn, job),
+    }
+
+
+def calendar_story(history: list[Any], period: dict[str, Any] | None) -> dict[str, Any] | None:
+    """How a period stands to the calendar of the version that decided it, or None when that
+    version has no calendar: its name, policy, the period's local date, whether the calendar
+    lists it (the period was skipped, reason ``calendar``), and the listed dates a
+    ``next_day`` fire was moved from."""
+    if period is None:
+        return None
+    row = next((v for v in history if v[0] == period["version_id"]), None)
+    if row is None or not isinstance(row[2], dict) or row[2].get("calendar") is None:
+        return None
+    try:
+        spec, trigger = read_stored_version(row[1], row[0], row[2])
+    except CronkeeperError:
+        return None  # the runtime story says nothing of an unreadable version either
+    if spec.calendar is None:
+        return None
+    at = period["scheduled_for"]
+    mark = calendar_mark(spec, trigger, at)
+    return {
+        "name": spec.calendar.name, "on_calendar": str(spec.on_calendar),
+        "timezone": spec.timezone, "local_date": at.astimezone(load_zone(spec.timezone)).date(
+        ).isoformat(), "listed": mark is not None and mark.kind == "skipped",
+        "moved_from": [d.isoformat() for d in mark.days] if mark and mark.kind == "moved" else [],
     }
 
 

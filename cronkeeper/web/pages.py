@@ -35,6 +35,7 @@ from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import versions_after, versions_all, versions_stamp
 from cronkeeper.db.sessions import session_snapshot, session_utc
 from cronkeeper.period_states import audit_states, expected_tail, holds
+from cronkeeper.planning import calendar_mark
 from cronkeeper.runtimes import SAMPLE, Runtime, figures, json_fields, runtime_of
 from cronkeeper.timing.describe import describe
 from cronkeeper.timing.dst import dst_anomalies
@@ -229,7 +230,9 @@ def runtime_view(runtime: Runtime) -> dict[str, Any]:
 
 def next_fires(version: Version, after: datetime, count: int = 10) -> list[dict]:
     """The next fires, each with the DST note that applies to it (a fixed-time cron's gap or
-    fold from ``timing.dst``; for any schedule, a change of UTC offset since the fire before)."""
+    fold from ``timing.dst``; for any schedule, a change of UTC offset since the fire before),
+    and for a schedule with a calendar, the periods it skips (``calendar``: ``skipped``) and
+    the fires ``next_day`` moved (``moved``), with ``calendar_note`` saying which dates."""
     spec = spec_in_force(version)
     trigger = spec.trigger()
     zone = ZoneInfo(spec.timezone)
@@ -253,8 +256,10 @@ def next_fires(version: Version, after: datetime, count: int = 10) -> list[dict]
             note = ("this local time occurs twice (DST fold); an elapsed-time schedule fires at "
                     "each occurrence")
         previous = local.utcoffset()
+        mark = calendar_mark(spec, trigger, at)
         out.append({"utc": utc(at), "local": local.isoformat(), "zone": local.tzname(),
-                    "kind": kind, "note": note})
+                    "kind": kind, "note": note, "calendar": mark.kind if mark else None,
+                    "calendar_note": mark.text if mark else None})
     return out
 
 

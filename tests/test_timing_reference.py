@@ -221,3 +221,135 @@ def test_the_samples_meet_the_dst_changes_they_are_for() -> None:
                 elif not sample.fixed and len(instants_of(local, zone)) == 2:
                     fold_repeats += 1
         assert gap_fires >= 5 and fold_repeats >= 5, (zone_name, gap_fires, fold_repeats)
+
+
+# -- calendars ---------------------------------------------------------------------------------
+# A calendar's dates skip the periods on them (reason calendar); with on_calendar = "next_day"
+# the times of day a listed date names also fire on the next unlisted day, each time once, by
+# the fixed-time rule (the first occurrence in a fold, the gap's end in a gap), and a moved fire
+# at an instant the schedule fires anyway is that one period. Written again here from
+# docs/schedules.md ("Calendars"): the listed dates are read in the zone, runs of them walked by
+# hand, local times placed with zoneinfo alone as above. The implementation's side is the
+# planner's decisions over the spec's trigger: what the leader does.
+
+CALENDAR_SAMPLES = [
+    *(s for s in SAMPLES if s.cron in (
+        "0 0 L * *", "30 2 L * *", "*/30 * L * *", "30 1,2 * * 0#2", "15 2 * * 0L",
+        "H H * * *", "H(0-29) 2 * * sun#1", "H/15 * * 3,4,10,11 *", "H/20 30 2 * * 0#2",
+        "30 2 * * *")),
+    # Saturdays at the hours DST changes meet on Sundays: listed Saturdays before a change move
+    # into its gap or fold (New York 02:00-03:00 / 01:00-02:00, Berlin 02:00-03:00 both ways,
+    # Lord Howe 02:00-02:30 / 01:30-02:00)
+    Sample("15,45 1,2 * * sat", "", True, lambda d: weekday(d) == 6,
+           lambda hr, mn, sc: hr in (1, 2) and mn in (15, 45)),
+    Sample("*/30 1-2 * * 6", "", False, lambda d: weekday(d) == 6,
+           lambda hr, mn, sc: hr in (1, 2) and mn % 30 == 0),
+    Sample("H H(1-2) * * sat", N3, True, lambda d: weekday(d) == 6,
+           lambda hr, mn, sc: hr == 1 + h(N3, "hour") % 2 and mn == h(N3, "minute") % 60),
+]
+
+
+def dst_days(zone_name: str) -> list[date]:
+    """The local dates in 2026-2030 whose UTC offset at 23:59 is not the one at 00:00."""
+    zone = ZoneInfo(zone_name)
+    days, day = [], FROM.date()
+    while day < UNTIL.date():
+        start = datetime(day.year, day.month, day.day, tzinfo=zone)
+        if start.utcoffset() != start.replace(hour=23, minute=59).utcoffset():
+            days.append(day)
+        day += timedelta(days=1)
+    return days
+
+
+def listed_dates(zone_name: str) -> set[date]:
+    """Dates meant to meet every case: the two days before each DST change (a run of two whose
+    fires move onto the change), some changes themselves, month ends (the L samples), a run of
+    five at each new year, and 120 dates drawn at random."""
+    import random
+
+    rng = random.Random(25)
+    listed = {FROM.date() + timedelta(days=rng.randrange((UNTIL - FROM).days)) for _ in range(120)}
+    for i, change in enumerate(dst_days(zone_name)):
+        listed.update({change - timedelta(days=1), change - timedelta(days=2)})
+        if i % 3 == 0:
+            listed.add(change)
+    for year in range(FROM.year, UNTIL.year):
+        listed.update(date(year, 12, 29) + timedelta(days=k) for k in range(5))
+        for month in (1, 5, 9):
+            listed.add(date(year, month + 1, 1) - timedelta(days=1))
+    return {d for d in listed if FROM.date() <= d < UNTIL.date()}
+
+
+def calendar_reference(sample: Sample, zone_name: str, listed: set[date],
+                       fires: list[int]) -> tuple[list, list]:
+    """(instants emitted, instants skipped for the calendar) with ``next_day``, by the rules
+    above, from the sample's ``reference`` fires."""
+    zone = ZoneInfo(zone_name)
+    skipped = [t for t in fires if wall(t, zone).date() in listed]
+    emitted = set(fires) - set(skipped)
+    tods = times_of_day(sample)
+    lo, hi = int(FROM.timestamp()), int(UNTIL.timestamp())
+    for day in sorted(listed):
+        following = day + timedelta(days=1)
+        if following in listed:
+            continue  # not the end of its run
+        run = [day]
+        while run[-1] - timedelta(days=1) in listed:
+            run.append(run[-1] - timedelta(days=1))
+        midnight = datetime(following.year, following.month, following.day)
+        for listed_day in run:
+            if not sample.day(listed_day):
+                continue
+            for tod in tods:
+                local = midnight + timedelta(seconds=tod)
+                found = instants_of(local, zone)
+                t = min(found) if found else gap_end(local, zone)
+                if lo <= t < hi:
+                    emitted.add(t)
+    return sorted(emitted), skipped
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_calendars_match_the_reference(zone: str) -> None:
+    from cronkeeper.planning import Outcome, Reason, plan
+    from cronkeeper.schedule.model import Misfire, OnCalendar, ScheduleSpec
+    from cronkeeper.timing.calendars import Calendar
+
+    listed = listed_dates(zone)
+    calendar = Calendar.of("holidays", listed)
+    moved_seen = gaps_met = 0
+    for sample in CALENDAR_SAMPLES:
+        plain = reference(sample, zone)
+        for policy in OnCalendar:
+            spec = ScheduleSpec(sample.name or "calendar-sample", zone, Misfire.CATCH_UP,
+                                cron=sample.cron, catch_up_limit=1e10, task="t",
+                                calendar=calendar, on_calendar=policy)
+            fires = list(spec.trigger().fires(FROM - timedelta(seconds=1),
+                                              UNTIL - timedelta(seconds=1)))
+            decisions = plan(spec, fires, UNTIL, paused=False, busy=False)
+            emitted = [int(d.scheduled_for.timestamp()) for d in decisions
+                       if d.outcome is Outcome.EMITTED]
+            skipped = [int(d.scheduled_for.timestamp()) for d in decisions
+                       if d.reason is Reason.CALENDAR]
+            assert len(emitted) + len(skipped) == len(decisions) == len(fires)
+            want_emitted, want_skipped = calendar_reference(sample, zone, listed, plain)
+            if policy is OnCalendar.SKIP:  # nothing moves: the plain fires less the listed
+                want_emitted = sorted(set(plain) - set(want_skipped))
+            assert skipped == want_skipped, (sample.cron, policy)
+            if emitted != want_emitted:
+                only_ref = [wall(t, ZoneInfo(zone)).isoformat()
+                            for t in sorted(set(want_emitted) - set(emitted))[:3]]
+                only_impl = [wall(t, ZoneInfo(zone)).isoformat()
+                             for t in sorted(set(emitted) - set(want_emitted))[:3]]
+                pytest.fail(f"{sample.cron!r} {policy} in {zone}: missing {only_ref}, "
+                            f"extra {only_impl}")
+            assert skipped, sample.cron  # every sample meets the calendar
+            if policy is OnCalendar.NEXT_DAY:
+                moved = set(emitted) - set(plain)
+                moved_seen += len(moved)
+                gaps_met += sum(1 for t in moved
+                                if not sample.time(*(lambda w: (w.hour, w.minute, w.second))(
+                                    wall(t, ZoneInfo(zone)))))
+    assert moved_seen > 100  # fires that moved to a day they would not have fired on
+    if zone != "UTC":
+        assert gaps_met >= 1, zone  # a moved time that the day did not have: the gap's end

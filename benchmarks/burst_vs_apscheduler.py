@@ -32,7 +32,10 @@ docs/performance.md, "third pass").
     .venv/bin/pip install -e '.[bench]'   # APScheduler is in the bench extra only
     .venv/bin/python benchmarks/burst_vs_apscheduler.py [10000 100000 | --schedules 10000 100000]
         [--peer-at 10000] [--per-file 1000] [--form cron6|every] [--aps-threads 100]
-        [--fsync on|off] [--skip-apscheduler]
+        [--fsync on|off] [--skip-apscheduler] [--calendar DATES]
+
+``--calendar 50``: every schedule names one calendar of that many dates (issue 25), none of them
+today, so the burst is emitted as without one: what the calendar costs each period decided.
 
 Prints, per count: start to ready, fire lag p50/p99, all jobs visible (the last job's commit
 minus the instant), the daemon's peak RSS (VmHWM), then the peer at ``--peer-at`` and the ratio.
@@ -81,10 +84,18 @@ FROM (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - {due})::float8 
 
 
 def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron6",
-                cron: str | None = None, task: str = "bench.burst") -> None:
+                cron: str | None = None, task: str = "bench.burst", calendar: int = 0) -> None:
     """``n`` schedules ``burst-NNNNNN`` of ``form`` (or of the expression ``cron``, which
-    benchmarks/h_spread.py gives), ``per_file`` to a file."""
+    benchmarks/h_spread.py gives), ``per_file`` to a file; with ``calendar``, each names a
+    calendar of that many dates from the day after tomorrow on."""
     directory.mkdir(parents=True, exist_ok=True)
+    named = ""
+    if calendar:
+        first = datetime.now().date() + timedelta(days=2)
+        dates = ", ".join(f'"{first + timedelta(days=3 * d)}"' for d in range(calendar))
+        (directory / "calendars.toml").write_text(f"[calendars.days-off]\ndates = [{dates}]\n")
+        named = 'calendar = "days-off"\n'
+
     when = f'cron = "0,{EVERY} * * * * *"' if form == "cron6" else f'every = "{EVERY}s"'
     if cron is not None:
         when = f'cron = "{cron}"'
@@ -93,7 +104,7 @@ def write_files(directory: Path, n: int, per_file: int = 1000, form: str = "cron
         for i in range(f * per_file, min(n, (f + 1) * per_file)):
             parts.append(
                 f'[burst-{i:06d}]\n{when}\ntimezone = "UTC"\nmisfire = "skip"\n'
-                f'overlap = "allow"\ntask = "{task}"\nowner = "bench"\n')
+                f'overlap = "allow"\ntask = "{task}"\nowner = "bench"\n{named}')
         (directory / f"burst-{f:03d}.toml").write_text("\n".join(parts))
 
 
@@ -155,10 +166,11 @@ def peak_rss_mib(pid: int) -> float:
     raise RuntimeError("no VmHWM in /proc status")
 
 
-def bench_cronkeeper(pg: PrivatePostgres, n: int, root: Path, per_file: int, form: str) -> Result:
+def bench_cronkeeper(pg: PrivatePostgres, n: int, root: Path, per_file: int, form: str,
+                     calendar: int = 0) -> Result:
     schema = pg.new_schema()
     files = root / "schedules"
-    write_files(files, n, per_file, form)
+    write_files(files, n, per_file, form, calendar=calendar)
     daemon = Daemon(url=pg.url, schema=schema, cluster="bench", schedules=files,
                     instance_id="bench-leader", log_dir=root, leader_timeout=10,
                     stall_timeout=60)
@@ -303,6 +315,8 @@ def main() -> None:
                         help="APScheduler's executor threads (its best measured here; see above)")
     parser.add_argument("--fsync", choices=["on", "off"], default="on")
     parser.add_argument("--skip-apscheduler", action="store_true")
+    parser.add_argument("--calendar", type=int, default=0, metavar="DATES",
+                        help="every schedule names a calendar of this many dates (not today)")
     args = parser.parse_args()
     if args.counts:
         args.schedules = args.counts
@@ -317,7 +331,7 @@ def main() -> None:
                              settings={"track_commit_timestamp": "on"}).start()
         root = Path(tempfile.mkdtemp(prefix="cronkeeper-burst-"))
         try:
-            result = bench_cronkeeper(pg, n, root, args.per_file, args.form)
+            result = bench_cronkeeper(pg, n, root, args.per_file, args.form, args.calendar)
             print_lags(f"cronkeeper {n}", result.lags, "transaction start (created_at)")
             results.append(result)
             if n == args.peer_at and not args.skip_apscheduler:
@@ -329,7 +343,8 @@ def main() -> None:
             pg.stop()
             shutil.rmtree(root, ignore_errors=True)
 
-    print(f"\nfsync={args.fsync}, {args.form} schedules, {args.per_file} per file, all due in "
+    calendar = f" naming a calendar of {args.calendar} dates" if args.calendar else ""
+    print(f"\nfsync={args.fsync}, {args.form} schedules{calendar}, {args.per_file} per file, all due in "
           f"one second; load average {os.getloadavg()[0]:.2f}; {machine_speed()}")
     print("| schedules | start to ready | start to leading | fire lag p50 | fire lag p99 "
           "| all jobs visible | daemon peak RSS | daemon CPU: start, burst |")

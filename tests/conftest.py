@@ -27,7 +27,7 @@ pytest_plugins = ["handlers_for_tests"]
 # browsers, queue servers or a private PostgreSQL, or wait on real time, and are marked slow.
 # tests/test_layout.py refuses a module that starts such processes without being listed here.
 SLOW_MODULES = frozenset({
-    "test_clock_skew", "test_connections_exhausted", "test_daemon_burst_restart", "test_daemon_config", "test_disk_full", "test_daemon_failover", "test_daemon_netns_partition",
+    "test_calendars_daemon", "test_clock_skew", "test_connections_exhausted", "test_daemon_burst_restart", "test_daemon_config", "test_disk_full", "test_daemon_failover", "test_daemon_netns_partition",
     "test_daemon_outage", "test_daemon_partition", "test_daemon_resilience",
     "test_daemon_split_brain", "test_daemon_stall", "test_dlq",
     "test_engine", "test_enqueue", "test_job_output", "test_history_acceptance", "test_metrics_daemon",

@@ -204,3 +204,17 @@ def test_metrics_count_calendar_skips_by_reason():
         "schedule": "s", "owner": "team-a", "outcome": "skipped", "reason": "calendar"}) == 1
     assert reg.get_sample_value("cronkeeper_fires_total", {
         "schedule": "s", "owner": "team-a", "outcome": "emitted", "reason": ""}) is None
+
+
+def test_the_web_marks_next_fires_skipped_and_moved():
+    from cronkeeper.web.pages import next_fires
+
+    weekly = spec("30 9 * * thu", calendar=Calendar.of("h", [date(2026, 12, 24)]),
+                  on=OnCalendar.NEXT_DAY)
+    fires = next_fires(Version("s", 1, weekly, utc("2026-01-01T00:00Z")), utc("2026-12-20T00:00Z"),
+                       3)
+    assert [(f["utc"], f["calendar"], f["calendar_note"]) for f in fires] == [
+        ("2026-12-24T14:30:00Z", "skipped", "skipped: calendar 'h' lists 2026-12-24"),
+        ("2026-12-25T14:30:00Z", "moved", "moved from 2026-12-24 (calendar 'h' lists it)"),
+        ("2026-12-31T14:30:00Z", None, None),
+    ]

@@ -131,6 +131,11 @@ def test_calendar_skips_and_next_day_in_a_running_daemon(database_url, schema, c
     assert story["decision"]["reason"] == "calendar"
     assert story["calendar"] == {"name": "days-off", "on_calendar": "skip", "timezone": zone,
                                  "local_date": str(today), "listed": True, "moved_from": []}
+    text = subprocess.run([exe, "explain", key, "--database-url", database_url, "--schema",
+                           schema], capture_output=True, text=True, timeout=60)
+    assert "decision: skipped (calendar) at " in text.stdout
+    assert (f"calendar: 'days-off' lists {today}, the period's local date in {zone}"
+            in text.stdout.splitlines())
 
 
 def test_an_old_version_stays_judged_by_its_own_calendar(database_url, schema, cluster, engine,

@@ -218,3 +218,18 @@ def test_the_web_marks_next_fires_skipped_and_moved():
         ("2026-12-25T14:30:00Z", "moved", "moved from 2026-12-24 (calendar 'h' lists it)"),
         ("2026-12-31T14:30:00Z", None, None),
     ]
+
+
+def test_schedules_share_a_plan_only_with_the_same_calendar_in_the_same_zone():
+    """The leader shares one plan among schedules of one family with the same due periods: a
+    family holds the calendar and the zone its dates are read in, and only when there is one."""
+    from cronkeeper.versions import VersionsInForce
+
+    families = VersionsInForce(None)  # type: ignore[arg-type]  # no term: nothing is read
+    ny, berlin = spec(zone=NY), spec(zone="Europe/Berlin")
+    assert families._family(ny) is not families._family(berlin)
+    assert families._family(ny) is families._family(spec(zone=NY))
+    other = spec(zone=NY, calendar=Calendar.of("h", [date(2026, 12, 24)]))
+    assert families._family(ny) is not families._family(other)
+    assert families._family(spec(zone=NY, calendar=None)) is families._family(
+        spec(zone="Europe/Berlin", calendar=None))

@@ -3,7 +3,8 @@ state filters at 10,000 schedules): the same rows as ``audit.audit_schedule``, i
 order, each as (Unix second, letter), without formatting a ``HistoryRow``. Pure.
 
 Letters: E emitted, S skipped, D emitted and its job dead, R emitted and its job running,
-P pending, M missing (``state_letter`` gives the letter of a ``HistoryRow``)."""
+P pending, M missing (``state_letter`` gives the letter of a ``HistoryRow``). As in the audit,
+an expected fire without a record on a date its version's calendar lists is S."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from cronkeeper.audit import (
     unix,
     version_spans,
 )
+from cronkeeper.planning import listed_test
 
 JOB_LETTER = {"dead": "D", "running": "R"}
 
@@ -45,6 +47,7 @@ class Expected(NamedTuple):
     hi: int
     last: int | None
     start: datetime  # records before this instant cannot be among the last N rows
+    listed: frozenset[int] = frozenset()  # fires on dates their version's calendar lists
 
 
 def expected_tail(
@@ -68,6 +71,15 @@ def expected_tail(
               now_s - version.spec.grace)  # type: ignore[union-attr]
              for version, trigger, after, upto in version_spans(versions, since, until,
                                                                  triggers)]
+    listed: set[int] = set()
+    tests = [listed_test(v.spec) for v in versions if v.spec is not None]
+    if any(tests):  # a calendar: which fires fall on its dates, version by version
+        parts = [(list(fired), edge) for fired, edge in parts]
+        for (fired, _), (version, *_) in zip(parts, version_spans(versions, since, until,
+                                                                  triggers), strict=True):
+            test = listed_test(version.spec)  # type: ignore[arg-type]
+            if test is not None:
+                listed.update(t for t in fired if test(t))
     edges: dict[int, float] = {}
     edge = 0.0
     if len(parts) == 1:
@@ -82,7 +94,8 @@ def expected_tail(
     if last and len(expected) > last:
         expected = expected[-last:]
         start = max(since, datetime.fromtimestamp(expected[0], UTC))
-    return Expected(expected, edges, edge, last_expected, unix(since), unix(until), last, start)
+    return Expected(expected, edges, edge, last_expected, unix(since), unix(until), last, start,
+                    frozenset(listed))
 
 
 def _rows(expected: Expected, got: Mapping[int, str]) -> list[int]:
@@ -110,7 +123,10 @@ def judge(expected: Expected, records: Mapping[int, str] | Iterable[tuple[int, s
     without one is P (pending) from its version's grace edge on, else M (missing)."""
     got = records if isinstance(records, dict) else dict(records)
     rows = _rows(expected, got)
-    edges, edge, get = expected.edges, expected.edge, got.get
+    edges, edge, get, listed = expected.edges, expected.edge, got.get, expected.listed
+    if listed:
+        return [(at, get(at) or ("S" if at in listed else
+                                 "P" if at >= edges.get(at, edge) else "M")) for at in rows]
     if edges:
         return [(at, get(at) or ("P" if at >= edges.get(at, edge) else "M")) for at in rows]
     return [(at, get(at) or ("P" if at >= edge else "M")) for at in rows]
@@ -120,9 +136,9 @@ def holds(expected: Expected, records: Mapping[int, str], letter: str) -> bool:
     """Whether any row of ``judge(expected, records)`` has ``letter``, answered with set and
     map operations instead of a row at a time (a state filter asks it of every schedule)."""
     rows = _rows(expected, records)
-    if letter not in "MP":  # a recorded state: some row's record has it
+    if letter not in "MP" and not (letter == "S" and expected.listed):  # a recorded state
         return letter in map(records.get, rows)
-    if expected.edges:  # versions with different graces: row by row
+    if expected.edges or expected.listed:  # several graces, or a calendar: row by row
         return any(code == letter for _, code in judge(expected, records))
     cut = bisect_left(rows, expected.edge)  # rows before the edge are past their grace
     side = rows[:cut] if letter == "M" else rows[cut:]

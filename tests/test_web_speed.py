@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,12 +26,16 @@ from cronkeeper.audit import (
 )
 from cronkeeper.period_states import audit_states, expected_tail, holds, judge, state_letter
 from cronkeeper.schedule.model import Misfire, ScheduleSpec
+from cronkeeper.timing.calendars import Calendar
 from cronkeeper.web.fires import FireCache
 from cronkeeper.web.strip import CellState
 
 T0 = datetime(2026, 3, 7, 12, 0, tzinfo=UTC)  # a DST change in New York follows on the 8th
 CRONS = [(None, "*/7 * * * *", "UTC"), (None, "30 2 * * *", "America/New_York"),
-         (None, "15 * * * 1-5", "Europe/Berlin"), (60.0, None, "UTC"), (300.0, None, "UTC")]
+         (None, "15 * * * 1-5", "Europe/Berlin"), (60.0, None, "UTC"), (300.0, None, "UTC"),
+         # with a calendar (below): unrecorded fires on its dates are skipped, not missing
+         (None, "*/7 * * * *", "America/New_York"), (600.0, None, "Europe/Berlin")]
+CALENDAR = Calendar.of("days-off", [date(2026, 3, 4), date(2026, 3, 6), date(2026, 3, 7)])
 JOB = {"E": ("emitted", "succeeded"), "D": ("emitted", "dead"), "R": ("emitted", "running"),
        "S": ("skipped", None)}
 
@@ -39,7 +43,7 @@ JOB = {"E": ("emitted", "succeeded"), "D": ("emitted", "dead"), "R": ("emitted",
 def spec(kind: int, grace: float = 60, name: str = "s") -> ScheduleSpec:
     every, cron, tz = CRONS[kind]
     return ScheduleSpec(name=name, every=every, cron=cron, timezone=tz, misfire=Misfire.SKIP,
-                        task="t", grace=grace)
+                        task="t", grace=grace, calendar=CALENDAR if kind >= 5 else None)
 
 
 def record(at: int, letter: str) -> Record:

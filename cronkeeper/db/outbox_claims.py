@@ -245,7 +245,11 @@ def outbox_lease_extend(
     """Heartbeat: keep the leases of running jobs at least ``margin`` seconds ahead.
 
     Returns the ids still held; a missing id means the lease was lost (another worker may run it).
+    The jobs are locked in ascending id order, as the endings lock them (``db/outbox_endings.py``):
+    a heartbeat and a recorder over the same jobs never deadlock.
     """
+    if any(a > b for a, b in zip(ids, ids[1:], strict=False)):
+        ids, attempts = map(list, zip(*sorted(zip(ids, attempts, strict=True)), strict=True))
     params = {"ids": ids, "attempts": attempts, "worker": worker_id, "margin": margin}
     return [r[0] for r in driver(conn).execute(_LEASE_EXTEND, params, binary=True).fetchall()]
 

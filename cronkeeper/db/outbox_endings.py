@@ -7,6 +7,10 @@ Every one of them is *fenced*: it matches ``state = 'running'``, ``leased_by`` a
 (the attempt number the holder claimed), so a worker (or relay) whose lease expired and whose job
 another took can no longer complete, fail or release it. The batched fences spell the state check
 ``(state = 'running') IS TRUE``, for the reason ``db/outbox_claims.py`` gives.
+
+Each batched statement takes its rows in ascending id order (the callers' arrays are sorted
+here: the plan walks them in order, by primary key), as the heartbeat's lease extension does, so
+two statements over the same jobs lock them in one order and cannot deadlock.
 """
 
 from __future__ import annotations
@@ -65,6 +69,15 @@ SELECT id FROM done
 """
 
 
+def _sorted(ids: list[int], *columns: list[Any] | None) -> tuple[list[int], list[list[Any] | None]]:
+    """``ids`` in ascending order, each other column (None stays None) in the same order."""
+    if all(a <= b for a, b in zip(ids, ids[1:], strict=False)):
+        return ids, list(columns)
+    order = sorted(range(len(ids)), key=ids.__getitem__)
+    return ([ids[k] for k in order],
+            [None if c is None else [c[k] for k in order] for c in columns])
+
+
 def outbox_complete(
     conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
     ages: list[float] | None = None, outputs: list[bytes | None] | None = None,
@@ -76,6 +89,7 @@ def outbox_complete(
     database came back); None when they end now (a handler's transaction commits its own).
     ``outputs``: what each attempt printed (None: nothing kept), written with the attempt's
     end; ``outputs=None`` writes none, as on a schema without ``attempts.output``."""
+    ids, (attempts, ages, outputs) = _sorted(ids, attempts, ages, outputs)  # type: ignore[assignment]
     params: dict[str, Any] = {"ids": _int_array(ids), "attempts": _int_array(attempts),
                               "ages": None if ages is None else _float_array(ages),
                               "worker": worker_id}
@@ -172,6 +186,7 @@ def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure],
     """Record failed attempts and move their jobs to retry or dead letter (fenced); each job's
     ``last_error`` is its failure's ``last_error`` (default: its ``error``). ``keep_output``:
     write each attempt's output too (a schema with ``attempts.output``)."""
+    failures = sorted(failures, key=lambda f: f.id)
     params: dict[str, Any] = {
         "ids": [f.id for f in failures],
         "attempts": [f.attempt for f in failures],
@@ -241,6 +256,7 @@ def outbox_mark_published(
     """Mark jobs a relay handed to their target published (fenced, like a worker's
     completion). Returns, per id still this relay's, the seconds from when the job became due
     (its commit, or its ``run_after`` when later) to this statement."""
+    ids, (attempts, targets, target_ids) = _sorted(ids, attempts, targets, target_ids)  # type: ignore[assignment]
     params = {"ids": ids, "attempts": attempts, "targets": targets, "target_ids": target_ids,
               "relay": relay_id}
     return {r[0]: float(r[1]) for r in driver(conn).execute(_MARK, params).fetchall()}

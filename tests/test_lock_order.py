@@ -1,0 +1,80 @@
+"""The heartbeat's lease extension and the recorder's endings lock the jobs they touch in one
+order, ascending id, whatever order their callers give: two statements over the same jobs can
+then wait for each other but never deadlock. (Workers met "deadlock detected" between a
+heartbeat and an ending locking the same outbox rows in different orders: retried, nothing
+lost, but each one a round trip and a log line.)"""
+
+from __future__ import annotations
+
+import threading
+
+import psycopg
+import pytest
+from conftest import libpq_url
+from daemon_harness import wait_for
+
+from cronkeeper.db import outbox_claims as claims
+from cronkeeper.db import outbox_endings as endings
+
+
+def _held_jobs(engine) -> list[claims.OutboxJob]:
+    """Two running jobs, in an outbox as big as a real one, so that the plan walks the ids
+    given by primary key, in their order, as in production (a two-row table is scanned whole,
+    in physical order, whatever the statement says)."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO outbox (idempotency_key, task, state) SELECT 'filler' "
+                             "|| g, 't', 'succeeded' FROM generate_series(1, 5000) g")
+        for key in ("a", "b"):
+            conn.exec_driver_sql("INSERT INTO outbox (idempotency_key, schedule, task) VALUES "
+                                 "(%(k)s, %(k)s, 't')", {"k": key})
+        conn.exec_driver_sql("ANALYZE outbox")
+    with engine.begin() as conn:
+        return sorted(claims.outbox_claim(conn, worker_id="w1", limit=10, lease_margin=30),
+                      key=lambda j: j.id)
+
+
+def locks_lower_first(engine, database_url, schema, run) -> bool:
+    """Whether ``run(high, low)`` has locked ``low`` by the time it waits for ``high``, which
+    another session holds meanwhile."""
+    low, high = _held_jobs(engine)
+    url = libpq_url(database_url)
+    with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as probe:
+        for conn in (holder, probe):
+            conn.execute(f'SET search_path TO "{schema}"')
+        holder.execute("SELECT 1 FROM outbox WHERE id = %s FOR UPDATE", (high.id,))
+        thread = threading.Thread(target=run, args=(high, low))
+        thread.start()
+        try:
+            wait_for(lambda: probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%%outbox%%' AND pid <> pg_backend_pid()").fetchone()[0], 20,
+                "the statement to wait for the held job")
+            try:
+                probe.execute("SELECT 1 FROM outbox WHERE id = %s FOR UPDATE NOWAIT", (low.id,))
+                locked = False
+            except psycopg.errors.LockNotAvailable:
+                locked = True
+        finally:
+            holder.rollback()
+            thread.join(20)
+    assert not thread.is_alive()
+    return locked
+
+
+@pytest.mark.parametrize("statement", ["lease_extend", "fail", "complete"])
+def test_heartbeat_and_endings_lock_jobs_in_ascending_id_order(engine, database_url, schema,
+                                                                statement):
+    def run(first, second):
+        with engine.begin() as conn:
+            if statement == "lease_extend":
+                claims.outbox_lease_extend(conn, worker_id="w1", ids=[first.id, second.id],
+                                           attempts=[first.attempt, second.attempt], margin=30)
+            elif statement == "fail":
+                endings.outbox_fail(conn, worker_id="w1", failures=[
+                    endings.Failure(j.id, j.attempt, "dead", 0.0, "boom", "dead")
+                    for j in (first, second)])
+            else:
+                endings.outbox_complete(conn, worker_id="w1", ids=[first.id, second.id],
+                                        attempts=[first.attempt, second.attempt])
+
+    assert locks_lower_first(engine, database_url, schema, run)

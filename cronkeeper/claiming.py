@@ -1,7 +1,9 @@
 """The seam every lease holder shares, ``cronkeeper worker`` and ``cronkeeper relay`` alike:
 database access that survives the database going away (reconnect with backoff, resume; said
 when it begins, once a minute while it lasts, and when it ends: ``cronkeeper.outage``),
-registration retried until the database answers, and the reap of expired leases.
+registration retried until the database answers, the reap of expired leases, and what the schema
+offers (``SchemaFeature``: both also run on the previous release's schema). The notification
+sender (``cronkeeper.notify.sender``) holds its leases through the same seam.
 What an attempt's ending means for its job is ``cronkeeper.endings``, the same for both."""
 
 from __future__ import annotations
@@ -28,12 +30,38 @@ log = logging.getLogger("cronkeeper.worker")
 DB_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, DatabaseError)
 
 
+class SchemaFeature:
+    """Whether the schema has what a migration of this release adds (``probe`` says). A worker
+    or relay also runs on the previous release's schema, which lacks it: it is looked up at
+    start, and again once a minute while absent, so that after ``cronkeeper migrate`` the
+    process uses it without a restart."""
+
+    RECHECK = 60.0
+
+    def __init__(self, probe: Callable[[Connection], bool]) -> None:
+        self.probe = probe
+        self.present = False
+        self._next_check = 0.0
+
+    def due(self) -> bool:
+        return not self.present and clock.monotonic() >= self._next_check
+
+    def check(self, conn: Connection) -> None:
+        self._next_check = clock.monotonic() + self.RECHECK
+        self.present = self.probe(conn)
+
+
 class ClaimingDatabase:
     """Transactions on a lease holder's engine (a worker's or a relay's); driver errors become
-    DatabaseError, and the connection that saw one is invalidated so the pool reconnects."""
+    DatabaseError, and the connection that saw one is invalidated so the pool reconnects.
+    ``notes``: whether the schema has the notifications tables (migrations/0013): the endings
+    then note dead letters and recoveries (docs/notifications.md)."""
 
     def __init__(self, engine: Engine) -> None:
+        from cronkeeper.db.notifications import notifications_table
+
         self.engine = engine
+        self.notes = SchemaFeature(notifications_table)
         self._outage = OutageReport()
         # Writes refused for want of space (``refuses_writes``) are an outage of their own: the
         # database still answers reads (and some writes), so a success of another action does
@@ -81,6 +109,18 @@ class ClaimingDatabase:
                 raise DatabaseError(f"{action}: {describe(exc)}") from exc
             raise
         self.up(action)
+
+    def has(self, feature: SchemaFeature) -> bool:
+        """Whether the schema has ``feature``, looked up again when due (on the calling thread's
+        kept connection; a failure leaves the answer as it was: the caller's own statement
+        will say what is wrong)."""
+        if feature.due():
+            try:
+                with self.statement("reading the schema") as conn:
+                    feature.check(conn)
+            except DatabaseError:
+                pass
+        return feature.present
 
     def close_kept(self) -> None:
         """Return the calling thread's kept connection to the pool."""
@@ -186,9 +226,10 @@ class ClaimingDatabase:
         reaper's lease margin (``outbox_reap_expired``; None: the default margin)."""
         from cronkeeper.db.outbox_claims import RESTART_GRACE, outbox_reap_expired
 
+        note = self.has(self.notes)
         with self.statement("reaping expired leases") as conn:
             n = outbox_reap_expired(conn, restart_grace=RESTART_GRACE if restart_grace is None
-                                    else restart_grace)
+                                    else restart_grace, note=note)
         if n:
             logger.warning("leases expired: jobs=%d", n, extra={"action": "leases_expired"})
 

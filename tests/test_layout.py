@@ -246,6 +246,7 @@ DB_NOUNS = {
     "schedule_versions": ("versions_",), "schedule_controls": ("controls_",),
     "instances": ("instances_",), "leadership": ("leadership_", "lock_"),
     "effects": ("effects_",), "relay_routes": ("relay_routes_",),
+    "notifications": ("notifications_",), "notification_subjects": ("subjects_",),
 }
 # The private fast paths of db/, each beside the reference a differential test holds it to:
 # nothing outside db/ calls them (tests do, to compare them).

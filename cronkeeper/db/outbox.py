@@ -8,6 +8,7 @@ jobs with the periods it claims (``db/periods_claims.py``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +19,11 @@ import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.notifications import (
+    ENDED_COLUMNS,
+    notifications_noting_dead,
+    notifications_noting_recovered,
+)
 from cronkeeper.db.periods_claims import JobColumns
 from cronkeeper.db.wake import wake
 
@@ -214,18 +220,40 @@ def outbox_published_open(conn: sa.Connection, *, targets: list[str], limit: int
     return [Published(*row) for row in rows]
 
 
-def outbox_published_finish(conn: sa.Connection, *, ids: list[int], states: list[str]) -> int:
+_PUBLISHED_FINISH = """
+WITH done AS (
+    UPDATE outbox o
+    SET state = %(state)s, finished_at = now(),
+        last_error = CASE WHEN %(state)s = 'dead'
+                          THEN 'the target reported the task failed (' || o.published_to
+                               || ' id ' || o.target_id || ')' END
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND o.state = 'published' AND o.finished_at IS NULL
+    RETURNING o.id, o.attempts, o.state{noted_columns}
+){noting}
+SELECT count(*) FROM done{woke}
+"""
+
+
+@functools.cache
+def _published_finish_sql(state: str, note: bool) -> str:
+    if not note:
+        return _PUBLISHED_FINISH.format(noted_columns="", noting="", woke="")
+    noting = (notifications_noting_dead("done") if state == "dead"
+              else notifications_noting_recovered("done"))
+    return _PUBLISHED_FINISH.format(noted_columns=", " + ENDED_COLUMNS, noting=noting,
+                                    woke=", dead_woke" if state == "dead" else ", recovered_woke")
+
+
+def outbox_published_finish(conn: sa.Connection, *, ids: list[int], states: list[str],
+                            note: bool = False) -> int:
     """Record what targets reported: ``succeeded`` or ``dead`` (the target's own failure), with
-    ``finished_at``. Only jobs still ``published`` and unfinished change."""
-    return driver(conn).execute(
-        """
-        UPDATE outbox o
-        SET state = f.state, finished_at = now(),
-            last_error = CASE WHEN f.state = 'dead'
-                              THEN 'the target reported the task failed (' || o.published_to
-                                   || ' id ' || o.target_id || ')' END
-        FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS f(id, state)
-        WHERE o.id = f.id AND o.state = 'published' AND o.finished_at IS NULL
-        """,
-        {"ids": ids, "states": states},
-    ).rowcount
+    ``finished_at``. Only jobs still ``published`` and unfinished change. One statement per
+    state (each autocommits on the caller's connection), noting the dead letters or the
+    recoveries with ``note`` (a schema with the notifications tables)."""
+    finished = 0
+    for state in ("dead", "succeeded"):
+        these = sorted(i for i, s in zip(ids, states, strict=True) if s == state)
+        if these:
+            finished += one_row(driver(conn).execute(_published_finish_sql(state, note),
+                                                     {"ids": these, "state": state}))[0]
+    return finished

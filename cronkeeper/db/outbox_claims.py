@@ -16,6 +16,7 @@ this way each job is found by primary key, as the ids in the batch say.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.notifications import notifications_noting_dead
 from cronkeeper.db.wake import wake
 
 # payload and backoff come back as JSON text, decoded when first needed (OutboxJob.payload,
@@ -270,25 +272,36 @@ WITH expired AS (
         last_error = 'lease expired: worker ' || coalesce(expired.leased_by, '?')
                      || ' stopped heartbeating during attempt ' || o.attempts
     FROM expired WHERE o.id = expired.id
-    RETURNING o.id, o.attempts, o.last_error, o.state
+    RETURNING o.id, o.attempts, o.last_error, o.state{noted_columns}
 ), recorded AS (
     UPDATE attempts a SET finished_at = now(), outcome = 'lease_expired', error = back.last_error
     FROM back WHERE a.job_id = back.id AND a.attempt = back.attempts AND a.finished_at IS NULL
-), woke AS (""" + wake("back WHERE state = 'available'") + """)
-SELECT count(*) FROM back, woke
+), woke AS (""" + wake("back WHERE state = 'available'") + """){noting}
+SELECT count(*) FROM back, woke{woke}
 """
+
+
+@functools.cache
+def _reap_sql(note: bool) -> str:
+    if not note:
+        return _REAP.format(noted_columns="", noting="", woke="")
+    return _REAP.format(noted_columns=", o.schedule, o.task, o.owner, o.idempotency_key",
+                        noting=notifications_noting_dead("back"), woke=", dead_woke")
 
 
 RESTART_GRACE = 30.0  # seconds: the default lease margin
 
 
 def outbox_reap_expired(conn: sa.Connection, *, limit: int = 1000,
-                        restart_grace: float = RESTART_GRACE) -> int:
+                        restart_grace: float = RESTART_GRACE, note: bool = False) -> int:
     """Jobs whose lease expired become claimable again (or dead at the attempt cap); the lost
     attempt is recorded as ``lease_expired``. Returns how many.
 
     Nothing is reaped until PostgreSQL has been up for ``restart_grace`` seconds (the reaper's
     lease margin): a lease that ran out while the server was down or restarting could not be
     renewed, and its holder, alive, renews it (and records the endings it kept) within that
-    margin of the server answering. The restart counts as one last heartbeat."""
-    return one_row(driver(conn).execute(_REAP, {"limit": limit, "grace": restart_grace}))[0]
+    margin of the server answering. The restart counts as one last heartbeat. ``note``: note
+    the jobs that became dead letters (``db/notifications.py``; a schema with the notifications
+    tables)."""
+    params = {"limit": limit, "grace": restart_grace}
+    return one_row(driver(conn).execute(_reap_sql(note), params))[0]

@@ -11,10 +11,16 @@ another took can no longer complete, fail or release it. The batched fences spel
 Each batched statement takes its rows in ascending id order (the callers' arrays are sorted
 here: the plan walks them in order, by primary key), as the heartbeat's lease extension does, so
 two statements over the same jobs lock them in one order and cannot deadlock.
+
+With ``note`` (a schema with the notifications tables: migrations/0013), a statement that
+dead-letters jobs or completes them also notes it for the people to tell, in the same statement
+(``db/notifications.py``): a ``dead`` notification per schedule not already dead, a
+``recovered`` one per schedule that was.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +28,11 @@ import psycopg
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, translate_errors
+from cronkeeper.db.notifications import (
+    ENDED_COLUMNS,
+    notifications_noting_dead,
+    notifications_noting_recovered,
+)
 from cronkeeper.db.wake import wake
 
 _COMPLETE = """
@@ -32,14 +43,14 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(ages)s::float8[]) AS d(id, attempt, age)
     WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts, d.age
+    RETURNING o.id, o.attempts, d.age{noted_columns}
 ), recorded AS (
     UPDATE attempts a
     SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
         outcome = 'succeeded'
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
-)
-SELECT id FROM done
+){noting}
+SELECT id FROM done{woke}
 """
 
 
@@ -58,15 +69,25 @@ WITH d AS (
     FROM d
     WHERE o.id = d.id AND o.attempts = d.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts, d.age, d.output
+    RETURNING o.id, o.attempts, d.age, d.output{noted_columns}
 ), recorded AS (
     UPDATE attempts a
     SET finished_at = clock_timestamp() - make_interval(secs => coalesce(done.age, 0)),
         outcome = 'succeeded', output = done.output
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
-)
-SELECT id FROM done
+){noting}
+SELECT id FROM done{woke}
 """
+
+
+@functools.cache
+def _complete_sql(keep_output: bool, note: bool) -> str:
+    """The completion statement: with the attempts' outputs or not, noting recoveries or not."""
+    sql = _COMPLETE_KEEPING_OUTPUT if keep_output else _COMPLETE
+    if not note:
+        return sql.format(noted_columns="", noting="", woke="")
+    return sql.format(noted_columns=", o.state, " + ENDED_COLUMNS,
+                      noting=notifications_noting_recovered("done"), woke=", recovered_woke")
 
 
 def _sorted(ids: list[int], *columns: list[Any] | None) -> tuple[list[int], list[list[Any] | None]]:
@@ -81,6 +102,7 @@ def _sorted(ids: list[int], *columns: list[Any] | None) -> tuple[list[int], list
 def outbox_complete(
     conn: sa.Connection, *, worker_id: str, ids: list[int], attempts: list[int],
     ages: list[float] | None = None, outputs: list[bytes | None] | None = None,
+    note: bool = False,
 ) -> list[int]:
     """Mark jobs succeeded (fenced); returns the ids that were still this worker's.
 
@@ -88,27 +110,28 @@ def outbox_complete(
     while the database was away is recorded with the instant it happened, not the instant the
     database came back); None when they end now (a handler's transaction commits its own).
     ``outputs``: what each attempt printed (None: nothing kept), written with the attempt's
-    end; ``outputs=None`` writes none, as on a schema without ``attempts.output``."""
+    end; ``outputs=None`` writes none, as on a schema without ``attempts.output``. ``note``:
+    note the recoveries (a schema with the notifications tables)."""
     ids, (attempts, ages, outputs) = _sorted(ids, attempts, ages, outputs)  # type: ignore[assignment]
     params: dict[str, Any] = {"ids": _int_array(ids), "attempts": _int_array(attempts),
                               "ages": None if ages is None else _float_array(ages),
                               "worker": worker_id}
-    sql = _COMPLETE
     if outputs is not None:
-        sql, params["outputs"] = _COMPLETE_KEEPING_OUTPUT, outputs
+        params["outputs"] = outputs
+    sql = _complete_sql(outputs is not None, note)
     return [r[0] for r in driver(conn).execute(sql, params, binary=True).fetchall()]
 
 
 async def outbox_complete_async(
     conn: psycopg.AsyncConnection, *, worker_id: str, ids: list[int], attempts: list[int],
-    outputs: list[bytes | None] | None = None,
+    outputs: list[bytes | None] | None = None, note: bool = False,
 ) -> list[int]:
     """``outbox_complete`` (fenced) on an async connection (an ``async def`` handler's), with
-    the attempts' outputs when given (as ``outbox_complete``)."""
+    the attempts' outputs when given and noting recoveries with ``note`` (as ``outbox_complete``)."""
     params: dict[str, Any] = {"ids": ids, "attempts": attempts, "ages": None, "worker": worker_id}
-    sql = _COMPLETE
     if outputs is not None:
-        sql, params["outputs"] = _COMPLETE_KEEPING_OUTPUT, outputs
+        params["outputs"] = outputs
+    sql = _complete_sql(outputs is not None, note)
     with translate_errors("completing the job"):
         cur = await conn.execute(sql, params, binary=True)
         return [r[0] for r in await cur.fetchall()]
@@ -137,7 +160,7 @@ _FAIL_JOBS = """
     FROM f
     WHERE o.id = f.id AND o.attempts = f.attempt AND (o.state = 'running') IS TRUE
       AND o.leased_by = %(worker)s
-    RETURNING o.id, o.attempts, o.state
+    RETURNING o.id, o.attempts, o.state{noted_columns}
 ), recorded AS (
     UPDATE attempts a
     SET finished_at = clock_timestamp() - make_interval(secs => f.age), outcome = f.outcome,
@@ -145,8 +168,8 @@ _FAIL_JOBS = """
 _FAIL_END = """
     FROM done JOIN f ON f.id = done.id
     WHERE a.job_id = done.id AND a.attempt = done.attempts
-), woke AS (""" + wake("done WHERE state = 'available'") + """)
-SELECT id FROM done, woke
+), woke AS (""" + wake("done WHERE state = 'available'") + """){noting}
+SELECT id FROM done, woke{woke}
 """
 
 _FAIL = """
@@ -166,6 +189,16 @@ WITH f AS (
     _FAIL_JOBS + ", output = f.output" + _FAIL_END)
 
 
+@functools.cache
+def _fail_sql(keep_output: bool, note: bool) -> str:
+    """The failure statement: with the attempts' outputs or not, noting dead letters or not."""
+    sql = _FAIL_KEEPING_OUTPUT if keep_output else _FAIL
+    if not note:
+        return sql.format(noted_columns="", noting="", woke="")
+    return sql.format(noted_columns=", " + ENDED_COLUMNS,
+                      noting=notifications_noting_dead("done"), woke=", dead_woke")
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
     """How one attempt ended badly: the job's next state and the attempt's outcome."""
@@ -182,10 +215,11 @@ class Failure:
 
 
 def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure],
-                keep_output: bool = False) -> list[int]:
+                keep_output: bool = False, note: bool = False) -> list[int]:
     """Record failed attempts and move their jobs to retry or dead letter (fenced); each job's
     ``last_error`` is its failure's ``last_error`` (default: its ``error``). ``keep_output``:
-    write each attempt's output too (a schema with ``attempts.output``)."""
+    write each attempt's output too (a schema with ``attempts.output``). ``note``: note the
+    dead letters (a schema with the notifications tables)."""
     failures = sorted(failures, key=lambda f: f.id)
     params: dict[str, Any] = {
         "ids": [f.id for f in failures],
@@ -198,10 +232,9 @@ def outbox_fail(conn: sa.Connection, *, worker_id: str, failures: list[Failure],
         "last_errors": [f.error if f.last_error is None else f.last_error for f in failures],
         "worker": worker_id,
     }
-    sql = _FAIL
     if keep_output:
-        sql, params["outputs"] = _FAIL_KEEPING_OUTPUT, [f.output for f in failures]
-    return [r[0] for r in driver(conn).execute(sql, params).fetchall()]
+        params["outputs"] = [f.output for f in failures]
+    return [r[0] for r in driver(conn).execute(_fail_sql(keep_output, note), params).fetchall()]
 
 
 _DEFER = """

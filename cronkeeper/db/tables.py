@@ -128,6 +128,43 @@ relay_routes = sa.Table(
     sa.Column("registered_at", TS, nullable=False),
 )
 
+# migrations/0013_notifications.sql: what a person is told (docs/notifications.md)
+notifications = sa.Table(
+    "notifications", metadata,
+    sa.Column("id", sa.BigInteger, primary_key=True),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("schedule", sa.Text),
+    sa.Column("task", sa.Text),
+    sa.Column("owner", sa.Text),
+    sa.Column("job_id", sa.BigInteger),
+    sa.Column("key", sa.Text),
+    sa.Column("attempts", sa.Integer),
+    sa.Column("error", sa.Text),
+    sa.Column("count", sa.Integer, nullable=False),
+    sa.Column("window_from", TS),
+    sa.Column("window_until", TS),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("run_after", TS, nullable=False),
+    sa.Column("leased_by", sa.Text),
+    sa.Column("lease_expires_at", TS),
+    sa.Column("sent_to", sa.ARRAY(sa.Text), nullable=False),
+    sa.Column("failed_to", sa.ARRAY(sa.Text), nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("finished_at", TS),
+)
+
+notification_subjects = sa.Table(
+    "notification_subjects", metadata,
+    sa.Column("kind", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("dead_letters", sa.Integer, nullable=False),
+    sa.Column("dead_since", TS),
+    sa.Column("suppressed_total", sa.BigInteger, nullable=False),
+    sa.Column("missing_through", TS),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations", metadata,
     sa.Column("version", sa.Integer, primary_key=True),

@@ -41,9 +41,20 @@ CHANNEL_MAX = 63  # PostgreSQL identifiers (and channel names) are at most NAMED
 CHANNEL_SQL = f"left('{CHANNEL_PREFIX}' || current_schema(), {CHANNEL_MAX})"
 
 
+# Notifications to send (docs/notifications.md) have a channel of their own, so that a dead
+# letter's notification wakes the senders, not every idle worker's claim loop.
+NOTES_PREFIX = "cronkeeper-notify."
+NOTES_CHANNEL_SQL = f"left('{NOTES_PREFIX}' || current_schema(), {CHANNEL_MAX})"
+
+
 def wake_channel(schema: str) -> str:
     """The channel workers of ``schema`` LISTEN on."""
     return (CHANNEL_PREFIX + check_schema_name(schema))[:CHANNEL_MAX]
+
+
+def notes_channel(schema: str) -> str:
+    """The channel the notification senders of ``schema`` LISTEN on."""
+    return (NOTES_PREFIX + check_schema_name(schema))[:CHANNEL_MAX]
 
 
 def wake(source: str, channel: str = CHANNEL_SQL) -> str:

@@ -380,8 +380,9 @@ class Relay:
                     ids.append(job.id)
                     states.append("dead")
         if ids:
+            note = self.db.has(self.db.notes)
             with self.db.statement("recording completions") as conn:
-                n = outbox.outbox_published_finish(conn, ids=ids, states=states)
+                n = outbox.outbox_published_finish(conn, ids=ids, states=states, note=note)
             self.stats["finished"] += n
 
 

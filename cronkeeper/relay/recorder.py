@@ -100,8 +100,10 @@ class Recorder:
             self.stats["published"] += len(due)
             out.published = []
         if out.failed:
+            note = self.db.has(self.db.notes)
             with self.db.statement("recording failed publishes") as conn:
-                done = set(db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed))
+                done = set(db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed,
+                                          note=note))
             for f in out.failed:
                 if f.state == "dead" and f.id in done:
                     m.relay_settled(out.schedules.get(f.id), f.attempt)

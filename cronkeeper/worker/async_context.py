@@ -84,7 +84,8 @@ class AsyncJobContext(JobFacts):
         assert self.job_id is not None
         done = await outbox_complete_async(await self.connection(), worker_id=worker_id,
                                            ids=[self.job_id], attempts=[self.attempt],
-                                           outputs=[output] if keep_output else None)
+                                           outputs=[output] if keep_output else None,
+                                           note=self.note)
         await self.finish(commit=bool(done))
         return bool(done)
 

@@ -16,7 +16,7 @@ flushed before the answer, so the worker has all a job printed when it reads "do
                        "log_level"}
     child -> worker   {"t": "ready", "pid"}
     worker -> child   {"t": "job", "id", "key", "attempt", "schedule", "scheduled_for", "task",
-                       "payload_json"}
+                       "payload_json", "note"}
     child -> worker   {"t": "session", "backend_pid"}           (the job's transaction opened)
     child -> worker   {"t": "done", "done": Done, "kind", "error", "jobs", "rss_kib"}
 
@@ -124,7 +124,7 @@ class _Child:
             "scheduled_for": (datetime.fromisoformat(job["scheduled_for"])
                               if job["scheduled_for"] else None),
             "task": job["task"], "job_id": job["id"], "schema": self.schema, "engine": self.engine,
-            "on_open": self.report_session,
+            "on_open": self.report_session, "note": bool(job.get("note")),
         }
         try:
             handler = resolve(job["task"])

@@ -43,6 +43,8 @@ class JobFacts:
     job_id: int | None = None
     schema: str = "cronkeeper"
     engine: Engine | None = field(default=None, repr=False)
+    # The completion notes a recovery (the schema has the notifications tables: migrations/0013).
+    note: bool = field(default=False, repr=False)
 
 
 @dataclass(eq=False)
@@ -96,7 +98,7 @@ class JobContext(JobFacts):
         assert self.job_id is not None
         done = outbox_complete(self.connection, worker_id=worker_id, ids=[self.job_id],
                                attempts=[self.attempt],
-                               outputs=[output] if keep_output else None)
+                               outputs=[output] if keep_output else None, note=self.note)
         self.finish(commit=bool(done))
         return bool(done)
 

@@ -48,6 +48,7 @@ def run_task(worker: Host, held: Running) -> Ending | None:
     ctx = JobContext(
         key=job.key, attempt=job.attempt, schedule=job.schedule, scheduled_for=job.scheduled_for,
         task=job.task, job_id=job.id, schema=worker.config.schema, engine=worker.engine,
+        note=worker.db.notes.present,
     )
     held.ctx = ctx
     with capturing(held.capture):
@@ -61,6 +62,7 @@ def run_async(worker: Host, held: Running, func: Handler, payload: object) -> En
     ctx = AsyncJobContext(
         key=job.key, attempt=job.attempt, schedule=job.schedule, scheduled_for=job.scheduled_for,
         task=job.task, job_id=job.id, schema=cfg.schema, engine=worker.engine,
+        note=worker.db.notes.present,
     )
     # The runner cancels it; the supervisor steps in only if the loop itself is blocked.
     held.timeout_grace = 2 * cfg.kill_grace + 5.0

@@ -25,10 +25,11 @@ import socket
 import threading
 
 from cronkeeper import clock, metrics
-from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
+from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff, SchemaFeature
 from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox_claims as db
-from cronkeeper.db.engine import Engine, serial_lock_key
+from cronkeeper.db.attempts import attempts_output_column
+from cronkeeper.db.engine import Connection, Engine, serial_lock_key
 from cronkeeper.errors import DatabaseError
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.classify import Ending, Kind
@@ -36,7 +37,7 @@ from cronkeeper.worker.execute import account_commit, execute
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
-from cronkeeper.worker.runtime import Ahead, OutputColumn, Running, WorkerConfig
+from cronkeeper.worker.runtime import Ahead, Running, WorkerConfig
 from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.worker")
@@ -65,7 +66,7 @@ class Worker:
                                self._stopping)
         self.recorder_done = threading.Event()
         self._runners = Runners(config.concurrency, self._execute)
-        self.pool = ProcessPool(config, engine)  # --isolation process, @task(isolation=...)
+        self.pool = ProcessPool(config, engine, self.db.notes)  # --isolation process, @task(isolation=...)
         self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend
         self._lost_said: set[tuple[int, int]] = set()  # (job, attempt) whose lost lease was logged
         self.rand = random.Random()
@@ -73,7 +74,8 @@ class Worker:
         self.abandoned: list[threading.Thread] = []
         self.exit_code = 0
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "lost": 0}
-        self.output_column = OutputColumn()  # does the schema keep attempts' output?
+        # Does the schema keep attempts' output (migrations/0010)?
+        self.output_column = SchemaFeature(attempts_output_column)
 
     # -- control ---------------------------------------------------------------------------
 
@@ -98,7 +100,7 @@ class Worker:
     def run(self) -> int:
         cfg = self.config
         self._register_until_up()
-        self.db.until_done("reading the schema", self._stopping, self.output_column.check)
+        self.db.until_done("reading the schema", self._stopping, self._read_schema)
         logcapture.install()
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self._supervise_loop, name="supervisor", daemon=True)
@@ -131,6 +133,10 @@ class Worker:
         self._runners.stop()
         log.info("worker stopped: worker=%s stats=%s", cfg.worker_id, self.stats, extra={"action": "worker_stopped"})
         return self.exit_code
+
+    def _read_schema(self, conn: Connection) -> None:
+        self.output_column.check(conn)
+        self.db.notes.check(conn)
 
     def _await_room(self, full: bool) -> None:
         """Wait before the next claim: for room for a good batch when jobs are waiting (one

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from cronkeeper import clock
+from cronkeeper.claiming import SchemaFeature
 from cronkeeper.db.engine import Engine
 from cronkeeper.errors import DatabaseError
 from cronkeeper.output import Capture
@@ -218,8 +219,11 @@ def _to_stderr(data: bytes) -> None:
 class ProcessPool:
     """Pre-started (``start``) or started on first use, up to one child per runner thread."""
 
-    def __init__(self, config: WorkerConfig, engine: Engine) -> None:
+    def __init__(self, config: WorkerConfig, engine: Engine,
+                 notes: SchemaFeature | None = None) -> None:
         self.config = config
+        # Whether a handler's completion notes a recovery (the worker's own lookup of the schema).
+        self.notes = notes if notes is not None else SchemaFeature(lambda conn: False)
         self._init = {
             "t": "init", "database_url": engine.url.render_as_string(hide_password=False),
             "schema": config.schema, "worker_id": config.worker_id,
@@ -289,6 +293,7 @@ class ProcessPool:
             "t": "job", "id": job.id, "key": job.key, "attempt": job.attempt,
             "schedule": job.schedule, "task": job.task, "payload_json": job.payload_json,
             "scheduled_for": format_instant(job.scheduled_for) or None,
+            "note": self.notes.present,
         })
         backend: int | None = None
         capture = held.capture

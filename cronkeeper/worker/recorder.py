@@ -83,7 +83,8 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     ok_ages: list[float] = []  # seconds since each attempt ended (kept while the database was away)
     failed_helds: list[Running] = []
     failures: list[db.Failure] = []
-    keep = _output_kept(worker)
+    keep = worker.db.has(worker.output_column)
+    note = worker.db.has(worker.db.notes)
     for held, ending in pending:
         job = held.job
         age = max(0.0, now - held.ended) if held.ended else 0.0
@@ -103,7 +104,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
             done = db.outbox_complete(
                 conn, worker_id=cfg.worker_id, ids=[h.job.id for h in ok],
                 attempts=[h.job.attempt for h in ok], ages=ok_ages,
-                outputs=[h.output() for h in ok] if keep else None)
+                outputs=[h.output() for h in ok] if keep else None, note=note)
         worker.stats["succeeded"] += len(done)
         lost += len(ok) - len(done)
         # Committed: a retry after a failure below must not present these again.
@@ -112,7 +113,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     if failures:
         with worker.db.statement("recording job endings") as conn:
             failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures,
-                                    keep_output=keep)
+                                    keep_output=keep, note=note)
         worker.stats["failed"] += len(failed)
         lost += len(failures) - len(failed)
         worker.recorded(failed_helds)
@@ -124,18 +125,6 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     for f in failures:
         log.info("job failed: job=%d attempt=%d next=%s outcome=%s error=%s",
                  f.id, f.attempt, f.state, f.outcome, f.error[:200], extra={"action": "job_failed"})
-
-
-def _output_kept(worker: Host) -> bool:
-    """Whether the schema keeps output (looked up again once a minute while it does not)."""
-    column = worker.output_column
-    if column.due():
-        try:
-            with worker.db.statement("reading the schema") as conn:
-                column.check(conn)
-        except DatabaseError:
-            pass  # the endings' own statements will say so
-    return column.present
 
 
 def _failure(held: Running, state: str, delay: float, error: str, outcome: str, age: float,

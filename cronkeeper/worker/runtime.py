@@ -12,10 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cronkeeper import clock
-from cronkeeper.claiming import ClaimingDatabase
-from cronkeeper.db.attempts import attempts_output_column
-from cronkeeper.db.engine import Connection, Engine
+from cronkeeper.claiming import ClaimingDatabase, SchemaFeature
+from cronkeeper.db.engine import Engine
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.output import Capture
 from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT, ScheduleSpec
@@ -137,26 +135,6 @@ class Ahead:
         return min(self.batch_size, int(self.concurrency * self.HORIZON / max(mean, 1e-6)))
 
 
-class OutputColumn:
-    """Whether the schema keeps attempts' output (``attempts.output``, migrations/0010). A
-    worker also runs on the previous release's schema, which lacks it: there it keeps each
-    attempt's output only for the tail its errors carry, and looks again once a minute, so
-    that after ``cronkeeper migrate`` it stores output without a restart."""
-
-    RECHECK = 60.0
-
-    def __init__(self) -> None:
-        self.present = False
-        self._next_check = 0.0
-
-    def due(self) -> bool:
-        return not self.present and clock.monotonic() >= self._next_check
-
-    def check(self, conn: Connection) -> None:
-        self._next_check = clock.monotonic() + self.RECHECK
-        self.present = attempts_output_column(conn)
-
-
 class HandlerProcesses(Protocol):
     """The pool of handler processes (``pool.ProcessPool``), as ``execute`` uses it."""
 
@@ -177,7 +155,7 @@ class Host(Protocol):
     recorder_done: threading.Event
     drain_deadline: float | None
     running: dict[int, Running]
-    output_column: OutputColumn
+    output_column: SchemaFeature
 
     @property
     def pool(self) -> HandlerProcesses:

@@ -24,7 +24,7 @@ from typing import Any
 
 from cronkeeper.relay.targets import KINDS
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
-from cronkeeper.schedule.lines import LineIndex
+from cronkeeper.schedule.lines import ArrayLines
 from cronkeeper.timing.durations import parse_duration
 from cronkeeper.timing.errors import TimingError
 
@@ -163,33 +163,14 @@ def globs_regex(globs: tuple[str, ...]) -> str:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class _Sections:
-    """Line numbers per table header of the file, ``[[routes]]`` entries told apart (the shared
-    :class:`LineIndex` records the first of each array entry only)."""
+class _Sections(ArrayLines):
+    """Line numbers per table header of the file, ``[[routes]]`` entries told apart."""
 
     def __init__(self, text: str) -> None:
-        self.index = LineIndex(text)
-        self.routes: list[tuple[int, LineIndex]] = []
-        lines = text.split("\n")
-        starts = [k for k, raw in enumerate(lines) if re.match(r"\s*\[\[\s*routes\s*\]\]", raw)]
-        for pos, start in enumerate(starts):
-            end = len(lines)
-            for k in range(start + 1, len(lines)):
-                if re.match(r"\s*\[", lines[k]):
-                    end = k
-                    break
-            if pos + 1 < len(starts):
-                end = min(end, starts[pos + 1])
-            self.routes.append((start + 1, LineIndex("\n".join(lines[start + 1 : end]))))
-
-    def line(self, *path: str) -> int:
-        return self.index.line(*path)
+        super().__init__(text, "routes")
 
     def route_line(self, position: int, key: str | None = None) -> int:
-        if position >= len(self.routes):
-            return self.index.line("routes")
-        header, index = self.routes[position]
-        return header if key is None else header + index.line(key)
+        return self.entry_line(position, key)
 
 
 class _Reader:

@@ -138,3 +138,36 @@ class LineIndex:
             if found is not None:
                 return found
         return 1
+
+
+class ArrayLines:
+    """Line numbers of a config file (the relay's, the notify config): its tables through a
+    :class:`LineIndex`, and each entry of one array of tables (``[[routes]]``, ``[[rules]]``) told
+    apart (a LineIndex records the first entry of an array only)."""
+
+    def __init__(self, text: str, array: str) -> None:
+        self.index = LineIndex(text)
+        self.entries: list[tuple[int, LineIndex]] = []
+        lines = text.split("\n")
+        header = re.compile(rf"\s*\[\[\s*{re.escape(array)}\s*\]\]")
+        starts = [k for k, raw in enumerate(lines) if header.match(raw)]
+        for pos, start in enumerate(starts):
+            end = len(lines)
+            for k in range(start + 1, len(lines)):
+                if re.match(r"\s*\[", lines[k]):
+                    end = k
+                    break
+            if pos + 1 < len(starts):
+                end = min(end, starts[pos + 1])
+            self.entries.append((start + 1, LineIndex("\n".join(lines[start + 1 : end]))))
+        self.array = array
+
+    def line(self, *path: str) -> int:
+        return self.index.line(*path)
+
+    def entry_line(self, position: int, key: str | None = None) -> int:
+        """The line of entry ``position`` (from 0) of the array, or of its ``key``."""
+        if position >= len(self.entries):
+            return self.index.line(self.array)
+        header, index = self.entries[position]
+        return header if key is None else header + index.line(key)

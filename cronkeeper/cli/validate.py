@@ -52,16 +52,21 @@ def render_json(result: LoadResult) -> str:
 @click.option("--relay-config", "relay_config", default=None, metavar="FILE",
               help="Also check a relay config (schedule PATHs are then optional; given, routes "
                    "are checked against their schedules).")
+@click.option("--notify-config", "notify_config", default=None, metavar="FILE",
+              help="Also check a notify config (docs/notifications.md; schedule PATHs are then "
+                   "optional).")
 @format_option
 @click.pass_context
 def validate_command(
-    ctx: click.Context, paths: tuple[str, ...], relay_config: str | None, fmt: str
+    ctx: click.Context, paths: tuple[str, ...], relay_config: str | None,
+    notify_config: str | None, fmt: str
 ) -> None:
     """Check schedule files (files, or directories of *.toml) and report every problem."""
-    if not paths and relay_config is None:
+    if not paths and relay_config is None and notify_config is None:
         raise click.UsageError("give at least one schedule file or directory")
-    if relay_config is not None and not os.path.isfile(relay_config):
-        raise click.UsageError(f"--relay-config: no such file: {safe(relay_config)}")
+    for option, given in (("--relay-config", relay_config), ("--notify-config", notify_config)):
+        if given is not None and not os.path.isfile(given):
+            raise click.UsageError(f"{option}: no such file: {safe(given)}")
     missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise click.UsageError(
@@ -78,6 +83,8 @@ def validate_command(
     )
     if relay_config is not None:
         result = _with_relay_config(result, relay_config, bool(paths))
+    if notify_config is not None:
+        result = _with_notify_config(result, notify_config)
     click.echo(render_json(result) if fmt == "json" else render_text(result))
     ctx.exit(0 if result.valid else 1)
 
@@ -88,16 +95,31 @@ def _empty() -> LoadResult:
     return LoadResult(ScheduleSet(()), [], [])
 
 
-def _with_relay_config(result: LoadResult, path: str, with_schedules: bool) -> LoadResult:
-    """The schedule files' result plus the relay config's diagnostics (docs/relay.md)."""
+def _with_notify_config(result: LoadResult, path: str) -> LoadResult:
+    """The result so far plus the notify config's diagnostics; the environment variables it
+    names that are unset here, and an Apprise sink without the extra, are warnings (the
+    processes that send are where they must be)."""
+    import importlib.util
+
+    from cronkeeper.notify.config import SinkKind, environment_problems, load_notify_config
+    from cronkeeper.schedule.diagnostics import Diagnostic, Severity
+
+    checked = load_notify_config(path)
+    found = list(checked.diagnostics)
+    if checked.config is not None:
+        found += [Diagnostic(path, 0, None, f"{problem} here (the processes that send "
+                             "notifications need it)", Severity.WARNING)
+                  for problem in environment_problems(checked.config, os.environ)]
+        if any(s.kind is SinkKind.APPRISE for s in checked.config.sinks) and \
+                importlib.util.find_spec("apprise") is None:
+            found.append(Diagnostic(path, 0, None, "an apprise sink needs the apprise extra: "
+                                    "pip install 'cronkeeper[apprise]'", Severity.WARNING))
+    return _merged(result, path, found)
+
+
+def _merged(result: LoadResult, path: str, found: list) -> LoadResult:
     import dataclasses
 
-    from cronkeeper.relay.config import check_against_schedules, load_relay_config
-
-    checked = load_relay_config(path)
-    found = list(checked.diagnostics)
-    if checked.config is not None and with_schedules:
-        found += check_against_schedules(checked.config, result.schedules.by_name(), path)
     return dataclasses.replace(
         result,
         errors=result.errors + [d for d in found if d.severity == "error"],
@@ -105,3 +127,15 @@ def _with_relay_config(result: LoadResult, path: str, with_schedules: bool) -> L
         files=(*result.files, path),
         diagnostics=[*result.diagnostics, *found],
     )
+
+
+def _with_relay_config(result: LoadResult, path: str, with_schedules: bool) -> LoadResult:
+    """The schedule files' result plus the relay config's diagnostics (docs/relay.md)."""
+
+    from cronkeeper.relay.config import check_against_schedules, load_relay_config
+
+    checked = load_relay_config(path)
+    found = list(checked.diagnostics)
+    if checked.config is not None and with_schedules:
+        found += check_against_schedules(checked.config, result.schedules.by_name(), path)
+    return _merged(result, path, found)

@@ -18,6 +18,7 @@ from cronkeeper.db.engine import URL, Engine
 from cronkeeper.election import Node, NodeOptions
 from cronkeeper.errors import CronkeeperError, ScheduleError
 from cronkeeper.leading import LeaderLoop
+from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.schedule import load_valid
 from cronkeeper.schedule.model import ScheduleSet
 
@@ -38,10 +39,10 @@ def load_schedules(path: str) -> ScheduleSet:
 class Daemon:
     def __init__(self, *, url: URL, schema: str, cluster: str, engine: Engine,
                  schedules: ScheduleSet, schedules_dir: str, instance_id: str,
-                 options: NodeOptions, metrics=None) -> None:
+                 options: NodeOptions, metrics=None, pinger: Pinger | None = None) -> None:
         self.schedules_dir = schedules_dir
         self.instance_id = instance_id
-        self.loop = LeaderLoop(schedules, metrics=metrics)
+        self.loop = LeaderLoop(schedules, metrics=metrics, pinger=pinger)
         self.node = Node(
             url=url, schema=schema, cluster=cluster, engine=engine, instance_id=instance_id,
             lead=self.loop.lead, schedules_digest=self.loop.digest, options=options,

@@ -4,8 +4,10 @@ The election (``election.Node``) wins a term and hands it to ``LeaderLoop.lead``
 ``scheduler.Scheduler`` on it::
 
     load the versions in force ─► catch up (tick until current) ─► adopt the file set
-        ─► loop: adopt a pending set (reload) · tick · prune every prune_interval
-                 · sleep until the next due instant, a wake, or heartbeat_interval
+        ─► loop: adopt a pending set (reload) · tick (heartbeat_url pinged when due, off the
+                 loop's thread: ``notify.heartbeat``) · prune every prune_interval (jobs,
+                 attempts, periods, notifications) · sleep until the next due instant, a wake,
+                 or heartbeat_interval
 
 Each bounded step of work is reported as progress (``Term.progress``: the stall watchdog's
 feed; see ``election``). ``lead`` returns when the process stops (the current tick done; the
@@ -25,6 +27,8 @@ from datetime import timedelta
 from cronkeeper import clock
 from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
+from cronkeeper.db.notifications import notifications_prune
+from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import Scheduler, TickReport
@@ -60,10 +64,12 @@ class LeaderLoop:
     cleared when the term ends: what a test waits on before it expects fires."""
 
     def __init__(self, schedules: ScheduleSet, *, options: LeaderOptions = LeaderOptions(),
-                 metrics=None) -> None:
+                 metrics=None, pinger: Pinger | None = None) -> None:
         self.schedules = schedules
         self.options = options
         self.metrics = metrics
+        # heartbeat_url (docs/notifications.md): beaten after each committed tick of a term
+        self.pinger = pinger
         self.term: Term | None = None  # the term being led, None between terms
         self.current = threading.Event()
         self._wake = threading.Event()
@@ -159,8 +165,11 @@ class LeaderLoop:
                 periods_days=self.options.retention_periods_days,
                 batch=self.options.prune_batch,
             )
-        if any(counts):
-            log.info("pruned jobs=%d attempts=%d periods=%d", *counts, extra={"action": "pruned"})
+            notes = notifications_prune(term.conn, days=self.options.retention_jobs_days,
+                                        batch=self.options.prune_batch)
+        if any(counts) or notes:
+            log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d", *counts, notes,
+                     extra={"action": "pruned"})
 
     # -- what the term says ---------------------------------------------------------------------
     def _say_refused(self, exc: BaseException, delay: float, term: int) -> None:
@@ -177,8 +186,10 @@ class LeaderLoop:
                         extra={"action": "db_unavailable", "term": term})
 
     def _report(self, report: TickReport, term: Term) -> None:
-        """A committed tick: progress, its log lines, its metrics."""
+        """A committed tick: progress, the heartbeat ping, its log lines, its metrics."""
         term.progress()
+        if self.pinger is not None:
+            self.pinger.beat()
         if self._refused.down:  # writes refused (``lead``), and now one committed
             notice = self._refused.recovered(clock.monotonic())
             assert notice is not None

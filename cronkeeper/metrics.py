@@ -96,6 +96,20 @@ class Metrics:
                                            "job became due (its commit, or its run_after when "
                                            "later) to the broker's acknowledgement.",
                                            buckets=LAG_BUCKETS, registry=r)
+        # notifications (docs/notifications.md): what this process's sender delivered
+        self.notifications_sent = Counter(
+            "cronkeeper_notifications_sent", "Notifications this process delivered, by sink and "
+            "event (one per sink that took it).", ["sink", "event"], registry=r)
+        self.notifications_failed = Counter(
+            "cronkeeper_notifications_failed", "Notifications this process could not deliver to "
+            "a sink: refused for good, or still failing once their tries were spent. Logged "
+            "(notification_failed), never notified about in turn.", ["sink"], registry=r)
+        self.notification_delay = Histogram(
+            "cronkeeper_notification_delay_seconds", "From the event's commit to the last sink "
+            "taking its notification, by event.", ["event"], buckets=LAG_BUCKETS, registry=r)
+        self.heartbeat_pings = Counter(
+            "cronkeeper_heartbeat_pings", "heartbeat_url pings this instance sent as leader, by "
+            "outcome (ok, failed).", ["outcome"], registry=r)
         self._owners: dict[str, str] = {}
         self._owners_of: object = None  # the schedule set _owners was built from
 
@@ -165,6 +179,19 @@ class Metrics:
         attempts go to the same histogram as a worker's jobs (the fourth of the four numbers)."""
         self.job_attempts.observe(attempts)
 
+    # -- notifications ---------------------------------------------------------------------
+    def notification_sent(self, sink: str, event: str) -> None:
+        self.notifications_sent.labels(sink, event).inc()
+
+    def notification_failed(self, sink: str) -> None:
+        self.notifications_failed.labels(sink).inc()
+
+    def notification_delivered(self, event: str, seconds: float) -> None:
+        self.notification_delay.labels(event).observe(max(seconds, 0.0))
+
+    def heartbeat_ping(self, ok: bool) -> None:
+        self.heartbeat_pings.labels("ok" if ok else "failed").inc()
+
 
 class _FireCounts(Collector):
     """``cronkeeper_fires_total{schedule, owner, outcome, reason}`` as plain counts. A
@@ -216,6 +243,10 @@ class NullMetrics(Metrics):
     def relay_published_one(self, target: str, lag_seconds: float) -> None: ...
     def relay_failed(self, target: str) -> None: ...
     def relay_settled(self, schedule: str | None, attempts: int) -> None: ...
+    def notification_sent(self, sink: str, event: str) -> None: ...
+    def notification_failed(self, sink: str) -> None: ...
+    def notification_delivered(self, event: str, seconds: float) -> None: ...
+    def heartbeat_ping(self, ok: bool) -> None: ...
 
 
 class _Current(NamedTuple):
@@ -315,8 +346,32 @@ class DatabaseCollector(Collector):
         attempts = CounterMetricFamily("cronkeeper_attempts_started", "Job attempts started by "
                                        "the whole fleet (the attempts table's highest id).")
         attempts.add_metric([], attempts_high_water(conn))
-        return [up, depth, oldest, ready, retrying, dead, attempts,
+        return [up, depth, oldest, ready, retrying, dead, attempts, *self._notifications(conn),
                 *self._fleet(conn), *self._schedules(conn)]
+
+    def _notifications(self, conn: Any) -> list:
+        """Fleet-wide notification figures (docs/notifications.md): dead letters counted instead
+        of sent (a counter kept in notification_subjects), and notifications waiting to be sent
+        with the age of the oldest. None on a schema without the tables (a worker of this
+        release on the previous release's schema)."""
+        from cronkeeper.db.notification_subjects import subjects_suppressed
+        from cronkeeper.db.notifications import notifications_table, notifications_waiting
+
+        if not notifications_table(conn):
+            return []
+        suppressed = CounterMetricFamily(
+            "cronkeeper_notifications_suppressed", "Dead letters counted instead of sent: their "
+            "schedule (or task) was already told dead and had not recovered (the whole fleet).",
+            labels=["event"])
+        suppressed.add_metric(["dead"], subjects_suppressed(conn))
+        count, age = notifications_waiting(conn)
+        waiting = GaugeMetricFamily("cronkeeper_notifications_pending", "Notifications not sent "
+                                    "yet (waiting for their first try or a retry).")
+        waiting.add_metric([], count)
+        oldest = GaugeMetricFamily("cronkeeper_notifications_oldest_pending_age_seconds",
+                                   "Age of the oldest notification not sent yet (0: none).")
+        oldest.add_metric([], max(age, 0.0))
+        return [suppressed, waiting, oldest]
 
     def _fleet(self, conn: Any) -> list:
         from cronkeeper.db.instances import instances_live

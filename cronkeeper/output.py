@@ -162,9 +162,19 @@ def tail_text(data: bytes | None, count: int = TAIL_LINES, most: int = TAIL_BYTE
     return text[-most:]
 
 
+TAIL_HEADING = "\noutput (last lines):\n"
+
+
 def with_tail(error: str, data: bytes | None) -> str:
     """An attempt's error followed by the tail of its output (``last_error``)."""
     tail = tail_text(data)
     if not tail:
         return error
-    return f"{error}\noutput (last lines):\n{tail}"
+    return f"{error}{TAIL_HEADING}{tail}"
+
+
+def split_tail(last_error: str) -> tuple[str, str]:
+    """``with_tail``'s text back into (error, tail): a notification shows them apart ('' when
+    the error carries no tail)."""
+    error, found, tail = last_error.partition(TAIL_HEADING)
+    return (error, tail) if found else (last_error, "")

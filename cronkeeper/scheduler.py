@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from cronkeeper import versions
 from cronkeeper.backoff import period_jitter
+from cronkeeper.db.notifications import Skipped, notifications_note_missed
 from cronkeeper.db.outbox import outbox_unfinished
 from cronkeeper.db.periods_claims import Claim, ClaimBatch, ClaimGroup, JobColumns, periods_claim
 from cronkeeper.db.schedule_controls import controls_paused
@@ -26,6 +27,8 @@ from cronkeeper.schedule.model import Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.term import Term
 from cronkeeper.versions import ScheduleState, VersionsInForce, job_columns
 
+# What a missed notification tells: periods skipped for want of a leader in time.
+_MISSED = frozenset({Reason.MISFIRE.value, Reason.COALESCED.value})
 MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over several ticks
 # One tick's transaction stays well under the stall timeout even on a loaded machine (10,000
 # periods a tick tripped a 2 s --stall-timeout there: tests/test_daemon_resilience.py); a bigger
@@ -161,8 +164,32 @@ class Scheduler:
             self.conn,
             [n for n in due if states[n].spec.overlap is Overlap.SKIP and n not in paused],
         )
-        return now, periods_claim(self.conn, self._batches(due, now, paused, busy),
-                                  self.term.number, self.term.progress)
+        claims = periods_claim(self.conn, self._batches(due, now, paused, busy),
+                               self.term.number, self.term.progress)
+        missed = self._missed(claims)
+        if missed:  # told in the transaction that records them (docs/notifications.md)
+            notifications_note_missed(self.conn, missed)
+        return now, claims
+
+    def _missed(self, claims: list[tuple[ClaimBatch, list[Claim]]]) -> list[Skipped]:
+        """The periods this tick skipped because no leader was there in time (misfire,
+        coalesced), per schedule: how many, and their window. Nothing to look at, and no cost,
+        when no group of the tick is one of those (the batches of a tick share their groups)."""
+        if not claims or not any(g.reason in _MISSED for g in claims[0][0].groups):
+            return []
+        found: dict[str, list[datetime]] = {}
+        for _batch, claimed in claims:
+            for schedule, scheduled_for, _outcome, reason, _job in claimed:
+                if reason in _MISSED:
+                    found.setdefault(schedule, []).append(scheduled_for)
+        states = self.states
+        rows = []
+        for name, instants in found.items():
+            spec = states[name].spec if name in states else None
+            rows.append(Skipped(name, spec.task_name if spec else None,
+                                spec.owner if spec else None, len(instants), min(instants),
+                                max(instants)))
+        return rows
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]

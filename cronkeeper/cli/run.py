@@ -8,7 +8,7 @@ import signal
 import click
 
 from cronkeeper import logs
-from cronkeeper.cli import companion
+from cronkeeper.cli import companion, notify
 from cronkeeper.cli.common import database_options, start_metrics
 from cronkeeper.cli.connect import open_database
 from cronkeeper.daemon import Daemon, load_schedules
@@ -53,21 +53,26 @@ def daemon_options(func):
               help="Seconds a leader's tick may make no progress before it steps down.")
 @click.option("--with-worker", is_flag=True,
               help="Also start a worker on the same schedules (a single-box trial).")
+@notify.notify_options
 def run_command(
     database_url, schema, cluster, schedules_dir, instance_id, metrics_address, log_format,
-    log_level, migrate_first, leader_timeout, stall_timeout, with_worker,
+    log_level, migrate_first, leader_timeout, stall_timeout, with_worker, notify_config,
+    web_url,
 ) -> None:
     """Run the scheduler daemon."""
     logs.configure(log_format, log_level)
+    notes = notify.load(notify_config, web_url)
     schedules = load_schedules(schedules_dir)
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run", wait=True)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
+    pinger = notify.pinger(notes)
     daemon = Daemon(
         url=db.url, schema=schema, cluster=cluster, engine=db.engine, schedules=schedules,
         schedules_dir=schedules_dir, instance_id=instance_id, metrics=metrics,
         options=NodeOptions(leader_timeout=leader_timeout, stall_timeout=stall_timeout),
+        pinger=pinger,
     )
     log.info(
         "starting instance %s: %d schedules, database %s, schema %s, cluster %s",
@@ -78,9 +83,15 @@ def run_command(
     signal.signal(signal.SIGINT, lambda *_: daemon.request_stop())
     signal.signal(signal.SIGHUP, lambda *_: daemon.request_reload())
     daemon.start()
+    sender = notify.start_sender(db.engine, notes, schema=schema, sender_id=instance_id,
+                                 web_url=web_url)
     worker = companion.start_worker(db, cluster, schedules_dir) if with_worker else None
     daemon.supervise()
     companion.stop_worker(worker)
+    if sender is not None:
+        sender.stop()
+    if pinger is not None:
+        pinger.stop()
     db.engine.dispose()
     daemon.check_ended()
     log.info("stopped", extra={"action": "stop", "instance": instance_id})

@@ -10,6 +10,7 @@ import threading
 import click
 
 from cronkeeper import __version__, logs
+from cronkeeper.cli import notify
 from cronkeeper.cli.common import database_options, serve_metrics
 from cronkeeper.errors import UsageError
 
@@ -97,13 +98,15 @@ def default_worker_id() -> str:
 @click.option("--log-level", envvar="CRONKEEPER_LOG_LEVEL",
               type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
+@notify.notify_options
 def worker_command(
     database_url: str | None, schema: str, cluster: str, schedules_dir: str | None,
     imports: tuple[str, ...], concurrency: int, batch_size: int, tasks: tuple[str, ...],
     schedule_names: tuple[str, ...], limits: tuple[str, ...], drain_timeout: float,
     lease_margin: float, poll_interval: float, kill_grace: float, isolation: str,
     max_jobs_per_child: int, max_child_memory: int, output_limit: str, instance_id: str | None,
-    metrics_address: str, log_format: str, log_level: str,
+    metrics_address: str, log_format: str, log_level: str, notify_config: str | None,
+    web_url: str | None,
 ) -> None:
     """Claim jobs from the outbox and run them; SIGTERM drains."""
     from cronkeeper.cli.connect import open_database
@@ -114,6 +117,7 @@ def worker_command(
     from cronkeeper.worker.runtime import WorkerConfig
 
     logs.configure(log_format, log_level)
+    notes = notify.load(notify_config, web_url)
     parsed_limits = parse_limits(limits)
     output_bytes = parse_output_limit(output_limit)
     specs, digest = load_specs(schedules_dir)
@@ -142,7 +146,11 @@ def worker_command(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    sender = notify.start_sender(database.engine, notes, schema=schema,
+                                 sender_id=config.worker_id, web_url=web_url)
     code = worker.run()
+    if sender is not None:
+        sender.stop()
     database.engine.dispose()
     alive = [t for t in threading.enumerate() if t.name.startswith("job") and t.is_alive()]
     if alive:

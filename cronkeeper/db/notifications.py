@@ -328,6 +328,15 @@ def notifications_prune(conn: Any, *, days: float, batch: int) -> int:
         {"d": int(days), "b": batch}))[0])
 
 
+def notifications_waiting(conn: sa.Connection) -> tuple[int, float]:
+    """Notifications not sent yet (pending or being sent), and the age in seconds of the
+    oldest (0 when none)."""
+    count, age = one_row(driver(conn).execute(
+        "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)"
+        "::float8 FROM notifications WHERE state IN ('pending', 'sending')"))
+    return int(count), float(age)
+
+
 def notifications_table(conn: sa.Connection) -> bool:
     """Whether the schema has the notifications tables (a worker or relay also runs on the
     previous release's schema, which has not: there it notes nothing)."""

@@ -33,9 +33,11 @@ WAIT = 0.5  # seconds per wait for a notification: the longest a stop waits for 
 
 class Wakeups:
     def __init__(self, engine: Engine, schema: str, poll_interval: float,
-                 on_wake: Callable[[], None], stopping: threading.Event) -> None:
+                 on_wake: Callable[[], None], stopping: threading.Event, *,
+                 channel: str | None = None) -> None:
+        """``channel``: another channel than the outbox's (the notification sender's)."""
         self.engine = engine
-        self.channel = db_wake.wake_channel(schema)
+        self.channel = channel or db_wake.wake_channel(schema)
         self.poll_interval = poll_interval
         self.on_wake = on_wake
         self.stopping = stopping

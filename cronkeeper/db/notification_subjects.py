@@ -1,0 +1,16 @@
+"""The ``notification_subjects`` table (migrations/0013): per schedule, or per task for jobs
+without one, what keeps a flood of dead letters to one notification. It is written by the
+statements that dead-letter or complete jobs (``db/notifications.py``'s noting fragments) and by
+the leader's audit (``notifications_note_missing``); read here for the metrics."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from cronkeeper.db.engine import driver, one_row
+
+
+def subjects_suppressed(conn: sa.Connection) -> int:
+    """Dead letters counted instead of sent, fleet-wide, since the schema was made."""
+    return int(one_row(driver(conn).execute(
+        "SELECT coalesce(sum(suppressed_total), 0) FROM notification_subjects"))[0])

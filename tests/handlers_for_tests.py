@@ -104,6 +104,17 @@ def permanent(payload, ctx):
     raise PermanentError("invoice 42 does not exist")
 
 
+@task("fails_while_flagged")
+def fails_while_flagged(payload, ctx):
+    """Fails for good while the file ``payload["flag"]`` exists (a schedule that dies until
+    someone fixes it), logging a line first (its output tail); succeeds once it is gone."""
+    import logging
+
+    if os.path.exists(payload["flag"]):
+        logging.getLogger("billing").error("charging customer 42: card declined")
+        raise PermanentError(f"flag {payload['flag']} is up")
+
+
 @task("sleepy")
 def sleepy(payload, ctx):
     time.sleep(float(payload.get("sleep", 60)))

@@ -66,7 +66,7 @@ def start_sender(engine: Any, config: Any, *, schema: str, sender_id: str,
     return sender
 
 
-def pinger(config: Any) -> Any:
+def pinger(config: Any, instance: str) -> Any:
     """The heartbeat_url pinger the leader beats (None without a heartbeat URL)."""
     if config is None:
         return None
@@ -76,6 +76,6 @@ def pinger(config: Any) -> Any:
     url = heartbeat_url(config, os.environ)
     if url is None:
         return None
-    found = Pinger(url, config.heartbeat_interval)
+    found = Pinger(url, config.heartbeat_interval, instance=instance)
     found.start()
     return found

@@ -67,7 +67,7 @@ def run_command(
                        application_name="cronkeeper-run", wait=True)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
-    pinger = notify.pinger(notes)
+    pinger = notify.pinger(notes, instance_id)
     daemon = Daemon(
         url=db.url, schema=schema, cluster=cluster, engine=db.engine, schedules=schedules,
         schedules_dir=schedules_dir, instance_id=instance_id, metrics=metrics,

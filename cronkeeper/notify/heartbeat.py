@@ -25,8 +25,12 @@ TIMEOUT = 10.0
 
 
 class Pinger:
-    def __init__(self, url: str, interval: float, timeout: float = TIMEOUT) -> None:
+    def __init__(self, url: str, interval: float, *, instance: str = "",
+                 timeout: float = TIMEOUT) -> None:
         self.url = url
+        # Says which instance pinged (X-Cronkeeper-Instance): the services ignore it; a log
+        # of the pings shows the leader of the moment.
+        self.headers = {"X-Cronkeeper-Instance": instance} if instance else {}
         self.interval = interval
         self.timeout = min(timeout, max(interval, 1.0))
         self._due = threading.Event()
@@ -56,7 +60,7 @@ class Pinger:
             if self._stopping.is_set():
                 return
             try:
-                get(self.url, self.timeout)
+                get(self.url, self.timeout, self.headers)
             except SendError as exc:
                 metrics.current().heartbeat_ping(False)
                 notice = self._failing.failed(clock.monotonic(), kind_of(str(exc)))

@@ -91,9 +91,10 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None
         raise SendError(f"{_where(url)}: {reason}") from None
 
 
-def get(url: str, timeout: float) -> None:
+def get(url: str, timeout: float, headers: dict[str, str] | None = None) -> None:
     """GET ``url`` (the heartbeat ping); a 2xx answer is success, anything else SendError."""
-    request = urllib.request.Request(url, method="GET", headers={"User-Agent": USER_AGENT})
+    request = urllib.request.Request(url, method="GET", headers={"User-Agent": USER_AGENT,
+                                                                 **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only
             response.read(4096)

@@ -20,6 +20,7 @@ from daemon_harness import (
     wait_for,
     write_schedules,
 )
+from notify_receivers import HttpReceiver
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
@@ -67,12 +68,17 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
         admin.execute(after_migrate)
 
     schedules = write_schedules(tmp_path / "s", {"a.toml": schedule_toml("tick", cron="* * * * * *")})
+    receiver = HttpReceiver()  # the worker's sender delivers its dead letters' notifications
+    notify = tmp_path / "notify.toml"
+    notify.write_text(f'[sinks.hook]\nkind = "webhook"\nurl = "{receiver.url}/hook"\n'
+                      '[[rules]]\nsink = "hook"\n')
     scheduler = Daemon(url=url["cronkeeper_scheduler"], schema=schema, cluster="roles",
                        schedules=schedules, instance_id="sched", log_dir=tmp_path).start()
     worker_log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - the child owns it
     worker = subprocess.Popen(
         [CRONKEEPER, "worker", "--database-url", url["cronkeeper_worker"], "--schema", schema,
-         "--schedules", str(schedules), "--metrics-address", "off"],
+         "--schedules", str(schedules), "--metrics-address", "off", "--notify-config",
+         str(notify)],
         stdout=worker_log, stderr=worker_log)
     try:
         with psycopg.connect(pg.url, options=f"-c search_path={schema}") as db:
@@ -82,6 +88,10 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
             # the worker dead-letters them (no handler 't.tick' here): it updated jobs, attempts
             wait_for(lambda: count("SELECT count(*) FROM outbox WHERE state = 'dead'") >= 2, 30,
                      "the worker to work the jobs")
+            # ... noted the first dead letter, and its sender delivered it
+            wait_for(lambda: count("SELECT count(*) FROM notifications WHERE state = 'sent'"), 30,
+                     "the worker's sender to deliver the dead notification")
+            assert [r.json()["event"] for r in receiver.posts("/hook")] == ["dead"]
         assert scheduler.alive() and worker.poll() is None
         for text in (scheduler.log_text(), (tmp_path / "worker.log").read_text()):
             assert "permission denied" not in text, text[-3000:]
@@ -91,12 +101,15 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
         worker.terminate()
         worker.wait(30)
         worker_log.close()
+        receiver.close()
 
     # what the doc says they cannot do, they cannot do
     forbidden = [
         ("cronkeeper_scheduler", "DELETE FROM periods"),
         ("cronkeeper_worker", "CREATE TABLE intruder (x int)"),
         ("cronkeeper_worker", "SELECT * FROM prune(now(), now(), 1)"),
+        ("cronkeeper_worker", "SELECT notifications_prune(now(), 1)"),
+        ("cronkeeper_reader", "UPDATE notifications SET state = 'sent'"),
     ]
     for role, statement in forbidden:
         with (

@@ -58,7 +58,7 @@ def test_required_alerts_exist_and_name_the_owner():
         "CronkeeperOldestJobTooOld", "CronkeeperDeadLetters", "CronkeeperNoLeader",
         "CronkeeperPeriodsMissing", "CronkeeperPeriodsSkippedMisfire",
         "CronkeeperScheduleDigestDisagreement", "CronkeeperWorkersIdleWhileJobsWait",
-        "CronkeeperRetryStorm", "CronkeeperRuntimeNearTimeout",
+        "CronkeeperRetryStorm", "CronkeeperRuntimeNearTimeout", "CronkeeperNotificationsFailed",
     } <= names
     text = RULES.read_text()
     assert "cronkeeper_outbox_jobs" not in text.split("CronkeeperOldestJobTooOld")[1].split(

@@ -55,6 +55,10 @@ CREATE TABLE notification_subjects (
     missing_through   timestamptz,
     PRIMARY KEY (kind, name)
 );
+-- The subjects that are dead now: what every completion looks its schedules up in (few entries
+-- however many schedules once died and recovered).
+CREATE INDEX notification_subjects_dead ON notification_subjects (kind, name)
+    WHERE dead_letters > 0;
 
 -- Retention for notifications, as prune() is for jobs: SECURITY DEFINER so the scheduler's role
 -- needs EXECUTE on it, not DELETE. Removes, at most batch_size at a time, notifications that

@@ -15,6 +15,7 @@ have rabbitmq-server || need+=(rabbitmq-server)  # the Celery relay target on AM
 have sidekiq || need+=(ruby-sidekiq)          # a real Sidekiq server (6.4) for the Sidekiq target
 have node || need+=(nodejs npm)               # a real BullMQ worker for the BullMQ target
 have faketime || need+=(faketime)             # libfaketime: instances (and a PostgreSQL) on a wrong clock
+have openssl || need+=(openssl)               # a self-signed certificate for the SMTP tests' STARTTLS and SMTPS
 if [ "${#need[@]}" -gt 0 ]; then
   echo "test-deps: installing ${need[*]}"
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
@@ -42,7 +43,7 @@ fi
 # Whatever could not be installed or started fails here, by name, rather than as a test
 # failure later (a test that needs a tool fails, never skips, when it is missing).
 missing=()
-for tool in promtool pgbouncer redis-server rabbitmq-server sidekiq node npm faketime; do
+for tool in promtool pgbouncer redis-server rabbitmq-server sidekiq node npm faketime openssl; do
   have "$tool" || missing+=("$tool")
 done
 for path in /usr/bin/chromium /usr/bin/chromedriver; do  # the paths tests/test_web_browser.py drives

@@ -184,3 +184,9 @@ sa.Index(
     "attempts_timed_out", attempts.c.finished_at,
     postgresql_where=sa.text("outcome = 'timeout'"),
 )
+# The subjects dead now: what each completion looks its schedules up in (db/notifications.py;
+# migrations/0013_notifications.sql).
+sa.Index(
+    "notification_subjects_dead", notification_subjects.c.kind, notification_subjects.c.name,
+    postgresql_where=sa.text("dead_letters > 0"),
+)

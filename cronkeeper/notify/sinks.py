@@ -14,12 +14,14 @@ imported when an ``apprise`` sink sends.
 
 from __future__ import annotations
 
+import inspect
 import json
 import smtplib
 import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 from cronkeeper import __version__
@@ -182,8 +184,10 @@ def _smtp_codes(refused: dict) -> str:
 
 
 def send_apprise(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
-    """Through Apprise (``pip install 'cronkeeper[apprise]'``): ``notify()`` answers True or
-    False, and says why in its log, which is captured into the error."""
+    """Through Apprise (``pip install 'cronkeeper[apprise]'``): ``notify()`` answers true or
+    false (Apprise 2: an ``AppriseResult`` true only on success), and says why in its log,
+    which is captured into the error. Every failure is retried: Apprise does not say whether
+    trying again can help."""
     try:
         import apprise  # noqa: PLC0415 - the optional extra, only when such a sink sends
     except ImportError:
@@ -194,8 +198,14 @@ def send_apprise(sink: Sink, message: Message, environ: Mapping[str, str]) -> No
     if not notifier.add(url):
         raise SendError(f"Apprise does not understand the URL in {sink.get('url_env')}",
                         permanent=True)
+    kind = {"recovered": apprise.NotifyType.SUCCESS, "dead": apprise.NotifyType.FAILURE}.get(
+        message.event, apprise.NotifyType.WARNING)
+    options: dict[str, Any] = {"title": title(message), "body": text(message),
+                               "notify_type": kind}
+    if "timeout" in inspect.signature(notifier.notify).parameters:  # Apprise 2: a call's bound
+        options["timeout"] = sink.timeout
     with apprise.LogCapture(level=apprise.logging.WARNING) as said:
-        ok = notifier.notify(title=title(message), body=text(message))
+        ok = notifier.notify(**options)
         log_text = said.getvalue().strip() if hasattr(said, "getvalue") else ""
     if not ok:
         raise SendError("Apprise could not deliver" + (f": {log_text.splitlines()[-1]}"

@@ -39,10 +39,12 @@ def load_schedules(path: str) -> ScheduleSet:
 class Daemon:
     def __init__(self, *, url: URL, schema: str, cluster: str, engine: Engine,
                  schedules: ScheduleSet, schedules_dir: str, instance_id: str,
-                 options: NodeOptions, metrics=None, pinger: Pinger | None = None) -> None:
+                 options: NodeOptions, metrics=None, pinger: Pinger | None = None,
+                 audit_missing: bool = False) -> None:
         self.schedules_dir = schedules_dir
         self.instance_id = instance_id
-        self.loop = LeaderLoop(schedules, metrics=metrics, pinger=pinger)
+        self.loop = LeaderLoop(schedules, metrics=metrics, pinger=pinger,
+                               audit_missing=audit_missing)
         self.node = Node(
             url=url, schema=schema, cluster=cluster, engine=engine, instance_id=instance_id,
             lead=self.loop.lead, schedules_digest=self.loop.digest, options=options,

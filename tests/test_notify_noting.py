@@ -212,3 +212,67 @@ def test_each_missing_period_is_told_once(engine):
         assert notifications_note_missing(conn, [Skipped("a", "t", None, 1, t0 + timedelta(
             minutes=2), t0 + timedelta(minutes=2))]) == 1
     assert [(n["event"], n["count"]) for n in notes(engine)] == [("missing", 2), ("missing", 1)]
+
+
+class _Term:
+    """What the missing watch uses of a term: its connection, confirm (the database's now),
+    progress, number."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.number, self.steps = conn, 1, 0
+
+    def confirm(self):
+        return self.conn.execute("SELECT now()").fetchone()[0]
+
+    def progress(self) -> None:
+        self.steps += 1
+
+
+def test_the_leaders_audit_tells_each_missing_period_once(engine, database_url, schema):
+    """Periods due beyond grace with no outcome in the last 24 hours are told, as one missing
+    notification per schedule and audit; the next pass tells only periods newly missing, and a
+    new term's first pass (24 hours back) does not tell those again."""
+    import json
+
+    import psycopg
+    import sqlalchemy as sa
+    from conftest import libpq_url
+
+    from cronkeeper.notify import missing
+    from cronkeeper.schedule.model import Misfire, ScheduleSpec
+
+    every = ScheduleSpec(name="gappy", every=60, timezone="UTC", misfire=Misfire.SKIP,
+                         task="t.x", grace=10, owner="team-a")
+    with engine.begin() as conn:
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+        start = (now - timedelta(minutes=30)).replace(second=0, microsecond=0)
+        version = conn.execute(sa.text(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('gappy', :d, CAST(:j AS jsonb), :a, 1) RETURNING id"),
+            {"d": every.digest, "j": json.dumps(every.to_json()), "a": start}).scalar_one()
+        for n in range(31):  # every minute decided but 10..14 (five missing)
+            at = start + timedelta(minutes=n)
+            if at < now - timedelta(seconds=10) and not 10 <= n <= 14:
+                conn.execute(sa.text(
+                    "INSERT INTO periods (schedule, scheduled_for, version_id, outcome, term) "
+                    "VALUES ('gappy', :t, :v, 'emitted', 1)"), {"t": at, "v": version})
+    with psycopg.connect(libpq_url(database_url), options=f"-c search_path={schema}") as conn:
+        term = _Term(conn)
+        watch = missing.MissingWatch()
+        watch.step(term, ["gappy"])
+        got = notes(engine)
+        assert [(n["event"], n["schedule"], n["task"], n["owner"], n["count"]) for n in got] == [
+            ("missing", "gappy", "t.x", "team-a", 5)]
+        assert got[0]["window_from"] == start + timedelta(minutes=10)
+        assert got[0]["window_until"] == start + timedelta(minutes=14)
+        assert term.steps == 1
+        watch._next = 0.0  # the next pass is due (not waited for)
+        watch.step(term, ["gappy"])
+        missing.MissingWatch().step(term, ["gappy"])  # a new term: 24 hours back
+        assert len(notes(engine)) == 1
+        with engine.begin() as c:  # a period decided earlier is lost (a failover, say)
+            c.execute(sa.text("DELETE FROM periods WHERE scheduled_for = :t"),
+                      {"t": start + timedelta(minutes=20)})
+        fresh = missing.MissingWatch()
+        fresh.step(term, ["gappy"])
+        assert [(n["event"], n["count"]) for n in notes(engine)] == [("missing", 5), ("missing", 1)]

@@ -72,7 +72,7 @@ def run_command(
         url=db.url, schema=schema, cluster=cluster, engine=db.engine, schedules=schedules,
         schedules_dir=schedules_dir, instance_id=instance_id, metrics=metrics,
         options=NodeOptions(leader_timeout=leader_timeout, stall_timeout=stall_timeout),
-        pinger=pinger,
+        pinger=pinger, audit_missing=notes is not None,
     )
     log.info(
         "starting instance %s: %d schedules, database %s, schema %s, cluster %s",

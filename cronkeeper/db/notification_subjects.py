@@ -5,6 +5,8 @@ the leader's audit (``notifications_note_missing``); read here for the metrics."
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
@@ -14,3 +16,11 @@ def subjects_suppressed(conn: sa.Connection) -> int:
     """Dead letters counted instead of sent, fleet-wide, since the schema was made."""
     return int(one_row(driver(conn).execute(
         "SELECT coalesce(sum(suppressed_total), 0) FROM notification_subjects"))[0])
+
+
+def subjects_missing_through(conn: sa.Connection | Any, schedules: list[str]) -> dict[str, Any]:
+    """The latest missing period already told, per schedule (those with one)."""
+    return dict(driver(conn).execute(
+        "SELECT name, missing_through FROM notification_subjects WHERE kind = 'schedule' "
+        "AND name = ANY(%(s)s::text[]) AND missing_through IS NOT NULL", {"s": schedules}
+    ).fetchall())

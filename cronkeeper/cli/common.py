@@ -13,7 +13,7 @@ from cronkeeper.errors import UsageError
 from cronkeeper.schedule.diagnostics import safe  # the one escaping helper
 
 __all__ = [
-    "database_options", "format_option", "parse_metrics_address", "safe", "serve_metrics",
+    "config_or_exit", "database_options", "format_option", "parse_metrics_address", "safe", "serve_metrics",
     "start_metrics",
 ]
 
@@ -46,6 +46,18 @@ def database_options(func: Callable[..., Any]) -> Callable[..., Any]:
         return func(*args, **kwargs)
 
     return wrapper
+
+
+def config_or_exit(result: Any, what: str, logger: logging.Logger) -> Any:
+    """A checked config file's value (a relay or notify ``ConfigResult``): its warnings logged
+    (``action=<what>_config_warning``), or a UsageError listing every error as file:line."""
+    for warning in result.warnings:
+        logger.warning("%s config: %s", what, warning.render(),
+                       extra={"action": f"{what}_config_warning"})
+    if result.config is None:
+        raise UsageError(f"{what} config is invalid:\n" + "\n".join(
+            f"  {d.render()}" for d in result.errors))
+    return result.config
 
 
 def format_option(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from cronkeeper.cli.common import config_or_exit
 from cronkeeper.errors import UsageError
 from cronkeeper.schedule.diagnostics import safe
 
@@ -39,16 +40,11 @@ def load(path: str | None, web_url: str | None = None):  # noqa: ANN201 - Notify
         raise UsageError(f"--web-url {safe(web_url)!r}: expected an http:// or https:// URL")
     if path is None:
         return None
-    result = load_notify_config(path)
-    for warning in result.warnings:
-        log.warning("notify config: %s", warning.render(), extra={"action": "notify_config_warning"})
-    if result.config is None:
-        raise UsageError("notify config is invalid:\n" + "\n".join(
-            f"  {d.render()}" for d in result.errors))
-    missing = environment_problems(result.config, os.environ)
+    config = config_or_exit(load_notify_config(path), "notify", log)
+    missing = environment_problems(config, os.environ)
     if missing:
         raise UsageError(f"notify config {safe(path)}: " + "; ".join(missing))
-    return result.config
+    return config
 
 
 def start_sender(engine: Any, config: Any, *, schema: str, sender_id: str,

@@ -9,7 +9,7 @@ import signal
 import click
 
 from cronkeeper import logs
-from cronkeeper.cli.common import database_options, safe, serve_metrics
+from cronkeeper.cli.common import config_or_exit, database_options, safe, serve_metrics
 from cronkeeper.errors import UsageError
 
 log = logging.getLogger("cronkeeper.relay")
@@ -27,13 +27,7 @@ def load_config(path: str):
     """The relay config, or a UsageError listing every problem as ``file:line: message``."""
     from cronkeeper.relay.config import load_relay_config
 
-    result = load_relay_config(path)
-    for warning in result.warnings:
-        log.warning("relay config: %s", warning.render(), extra={"action": "relay_config_warning"})
-    if result.config is None:
-        raise UsageError("relay config is invalid:\n" + "\n".join(
-            f"  {d.render()}" for d in result.errors))
-    return result.config
+    return config_or_exit(load_relay_config(path), "relay", log)
 
 
 def build_targets(config) -> dict:

@@ -13,7 +13,6 @@ import dataclasses
 import difflib
 import hashlib
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -21,8 +20,8 @@ from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
 
+from cronkeeper.configfile import ConfigReader, read_toml
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
-from cronkeeper.schedule.lines import ArrayLines
 from cronkeeper.timing.durations import parse_duration
 from cronkeeper.timing.errors import TimingError
 
@@ -155,23 +154,9 @@ class ConfigResult:
         return [d for d in self.diagnostics if d.severity is Severity.WARNING]
 
 
-class _Reader:
+class _Reader(ConfigReader):
     def __init__(self, path: str, text: str) -> None:
-        self.path = path
-        self.where = ArrayLines(text, "rules")
-        self.found: list[Diagnostic] = []
-
-    def error(self, line: int, message: str) -> None:
-        self.found.append(Diagnostic(self.path, line, None, message))
-
-    def warn(self, line: int, message: str) -> None:
-        self.found.append(Diagnostic(self.path, line, None, message, Severity.WARNING))
-
-    def unknown(self, line: int, where: str, key: str, known: tuple[str, ...], *,
-                what: str = "key") -> None:
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(known)})"
-        self.error(line, f"{where}unknown {what} '{key}'{hint}")
+        super().__init__(path, text, "rules")
 
     def duration(self, value: Any, line: int, what: str, default: float) -> float:
         try:
@@ -187,24 +172,13 @@ class _Reader:
 
 def load_notify_config(path: str) -> ConfigResult:
     """Read and check a notify config; never raises for any file content."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return ConfigResult(None, (Diagnostic(path, 0, None, f"cannot read: {exc.strerror}"),))
-    try:
-        text = data.decode("utf-8")
-        raw = tomllib.loads(text)
-    except UnicodeDecodeError:
-        return ConfigResult(None, (Diagnostic(path, 0, None, "not UTF-8 text"),))
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"line (\d+)", str(exc))
-        return ConfigResult(None, (Diagnostic(path, int(match[1]) if match else 1, None,
-                                              f"TOML syntax: {exc}"),))
+    read = read_toml(path)
+    if isinstance(read, Diagnostic):
+        return ConfigResult(None, (read,))
+    data, text, raw = read
     reader = _Reader(path, text)
     config = dataclasses.replace(_read(reader, raw), digest=hashlib.sha256(data).hexdigest()[:16])
-    errors = [d for d in reader.found if d.severity is Severity.ERROR]
-    return ConfigResult(None if errors else config, tuple(reader.found))
+    return ConfigResult(None if reader.errors else config, tuple(reader.found))
 
 
 def _read(r: _Reader, raw: dict[str, Any]) -> NotifyConfig:
@@ -393,18 +367,6 @@ def _check_email(r: _Reader, name: str, s: dict[str, Any], at: Any) -> None:
         r.error(at("ca_file"), f"{where}ca_file: expected the path of a PEM file")
 
 
-def _globs(r: _Reader, pos: int, rule: dict, key: str) -> tuple[str, ...] | None:
-    if key not in rule:
-        return None
-    value = rule[key]
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(g, str) and g for g in value)):
-        r.error(r.where.entry_line(pos, key), f"rule {pos + 1}: {key}: expected a non-empty "
-                "list of glob strings, e.g. [\"team-*\"]")
-        return None
-    return tuple(value)
-
-
 def _rules(r: _Reader, raw: Any, sinks: list[str]) -> list[Rule]:
     if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
         r.error(r.where.line("rules"), "rules: expected [[rules]] tables")
@@ -428,8 +390,8 @@ def _rules(r: _Reader, raw: Any, sinks: list[str]) -> list[Rule]:
                         r.unknown(r.where.entry_line(pos, "events"), f"rule {pos + 1}: ",
                                   str(event), events_known, what="event")
                 events = frozenset(Event(e) for e in value if e in events_known)
-        owners, schedules, tasks = (_globs(r, pos, rule, k) for k in ("owners", "schedules",
-                                                                       "tasks"))
+        owners, schedules, tasks = (r.globs(pos, rule, k, "rule", "team-*")
+                                    for k in ("owners", "schedules", "tasks"))
         sink = rule.get("sink")
         if sink is None:
             r.error(line, f"rule {pos + 1}: missing key 'sink'")

@@ -17,11 +17,11 @@ import difflib
 import hashlib
 import importlib
 import re
-import tomllib
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
+from cronkeeper.configfile import ConfigReader, read_toml
 from cronkeeper.relay.targets import KINDS
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 from cronkeeper.schedule.lines import ArrayLines
@@ -163,32 +163,9 @@ def globs_regex(globs: tuple[str, ...]) -> str:
 # -- reading -------------------------------------------------------------------------------------
 
 
-class _Sections(ArrayLines):
-    """Line numbers per table header of the file, ``[[routes]]`` entries told apart."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text, "routes")
-
-    def route_line(self, position: int, key: str | None = None) -> int:
-        return self.entry_line(position, key)
-
-
-class _Reader:
+class _Reader(ConfigReader):
     def __init__(self, path: str, text: str) -> None:
-        self.path = path
-        self.where = _Sections(text)
-        self.found: list[Diagnostic] = []
-
-    def error(self, line: int, message: str) -> None:
-        self.found.append(Diagnostic(self.path, line, None, message))
-
-    def warn(self, line: int, message: str) -> None:
-        self.found.append(Diagnostic(self.path, line, None, message, Severity.WARNING))
-
-    def unknown(self, line: int, where: str, key: str, known: tuple[str, ...]) -> None:
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(known)})"
-        self.error(line, f"{where}unknown key '{key}'{hint}")
+        super().__init__(path, text, "routes")
 
     def duration(self, raw: dict, key: str, default: float) -> float:
         if key not in raw:
@@ -206,29 +183,14 @@ class _Reader:
 
 def load_relay_config(path: str) -> ConfigResult:
     """Read and check a relay config; never raises for any file content."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        return ConfigResult(None, (Diagnostic(path, 0, None, f"cannot read: {exc.strerror}"),))
-    try:
-        text = data.decode("utf-8")
-        raw = tomllib.loads(text)
-    except UnicodeDecodeError:
-        return ConfigResult(None, (Diagnostic(path, 0, None, "not UTF-8 text"),))
-    except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
-        return ConfigResult(None, (Diagnostic(path, line, None, f"TOML syntax: {exc}"),))
+    read = read_toml(path)
+    if isinstance(read, Diagnostic):
+        return ConfigResult(None, (read,))
+    data, text, raw = read
     reader = _Reader(path, text)
     config = dataclasses.replace(_read(reader, raw),
                                  digest=hashlib.sha256(data).hexdigest()[:16])
-    errors = [d for d in reader.found if d.severity is Severity.ERROR]
-    return ConfigResult(None if errors else config, tuple(reader.found))
-
-
-def _line_from_message(message: str) -> int:
-    m = re.search(r"line (\d+)", message)
-    return int(m.group(1)) if m else 1
+    return ConfigResult(None if reader.errors else config, tuple(reader.found))
 
 
 def _read(r: _Reader, raw: dict[str, Any]) -> RelayConfig:
@@ -302,30 +264,18 @@ def _check_kind(kind: str, settings: dict[str, Any]) -> list[tuple[str, str]]:
     return list(check(settings)) if check is not None else []
 
 
-def _globs(r: _Reader, pos: int, route: dict, key: str) -> tuple[str, ...] | None:
-    if key not in route:
-        return None
-    value = route[key]
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(g, str) and g for g in value)):
-        r.error(r.where.route_line(pos, key), f"route {pos + 1}: {key}: expected a non-empty "
-                "list of glob strings, e.g. [\"billing.*\"]")
-        return None
-    return tuple(value)
-
-
 def _routes(r: _Reader, raw: Any, targets: list[str]) -> list[Route]:
     if not isinstance(raw, list) or not all(isinstance(x, dict) for x in raw):
         r.error(r.where.line("routes"), "routes: expected [[routes]] tables")
         return []
     found = []
     for pos, route in enumerate(raw):
-        line = r.where.route_line(pos)
+        line = r.where.entry_line(pos)
         for key in route:
             if key not in ROUTE_KEYS:
-                r.unknown(r.where.route_line(pos, key), f"route {pos + 1}: ", key, ROUTE_KEYS)
-        tasks = _globs(r, pos, route, "tasks")
-        schedules = _globs(r, pos, route, "schedules")
+                r.unknown(r.where.entry_line(pos, key), f"route {pos + 1}: ", key, ROUTE_KEYS)
+        tasks = r.globs(pos, route, "tasks", "route", "billing.*")
+        schedules = r.globs(pos, route, "schedules", "route", "billing.*")
         if "tasks" not in route and "schedules" not in route:
             r.error(line, f"route {pos + 1}: give 'tasks' or 'schedules' globs (or both); a "
                     "route that matches every job would take them all from cronkeeper worker: "
@@ -337,16 +287,16 @@ def _routes(r: _Reader, raw: Any, targets: list[str]) -> list[Route]:
         if target not in targets:
             close = difflib.get_close_matches(str(target), targets, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            r.error(r.where.route_line(pos, "target"), f"route {pos + 1}: no target named "
+            r.error(r.where.entry_line(pos, "target"), f"route {pos + 1}: no target named "
                     f"'{target}'{hint}")
             continue
         queue = route.get("queue")
         if queue is not None and (not isinstance(queue, str) or not queue):
-            r.error(r.where.route_line(pos, "queue"), f"route {pos + 1}: queue: expected a name")
+            r.error(r.where.entry_line(pos, "queue"), f"route {pos + 1}: queue: expected a name")
             queue = None
         options = route.get("options", {})
         if not isinstance(options, dict):
-            r.error(r.where.route_line(pos, "options"), f"route {pos + 1}: options: expected a "
+            r.error(r.where.entry_line(pos, "options"), f"route {pos + 1}: options: expected a "
                     "table, e.g. { exchange = \"billing\", routing_key = \"invoices\" }")
             options = {}
         found.append(Route(pos, target, tasks, schedules, queue, tuple(options.items())))
@@ -358,18 +308,18 @@ def check_against_schedules(config: RelayConfig, specs: dict[str, Any], path: st
     (only ``cronkeeper worker`` runs commands, from its own schedule files); a route no schedule
     matches is a warning (applications may still enqueue such jobs)."""
     with open(path, encoding="utf-8") as fh:
-        where = _Sections(fh.read())
+        where = ArrayLines(fh.read(), "routes")
     found = []
     for route in config.routes:
         hits = [s for s in specs.values() if route.matches(s.task_name, s.name)]
         for spec in hits:
             if getattr(spec, "command", None):
-                found.append(Diagnostic(path, where.route_line(route.position), spec.name,
+                found.append(Diagnostic(path, where.entry_line(route.position), spec.name,
                                         f"route {route.position + 1} would relay this schedule, "
                                         "but it runs a command: only cronkeeper worker runs "
                                         "commands"))
         if not hits:
-            found.append(Diagnostic(path, where.route_line(route.position), None,
+            found.append(Diagnostic(path, where.entry_line(route.position), None,
                                     f"route {route.position + 1}: matches no schedule in the "
                                     "given files", Severity.WARNING))
     return found

@@ -32,8 +32,8 @@ MISFIRE = click.Choice(["skip", "catch_up", "latest"])
 
 def read_text(path: str) -> str:
     """The text of a crontab; Unusable (exit 2) for anything that is not a readable text file.
-    Never opens a FIFO, socket or device (see spec.loader.special_file)."""
-    from cronkeeper.schedule.loader import special_file
+    Never opens a FIFO, socket or device (see schedule.files.special_file)."""
+    from cronkeeper.schedule.files import special_file
 
     if path == "-":
         data = sys.stdin.buffer.read(MAX_BYTES + 1)

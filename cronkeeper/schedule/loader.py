@@ -2,20 +2,13 @@
 
 Choices (docs/schedules.md repeats them for operators):
 
-- A path may be a file (read whatever its name) or a directory: every ``*.toml`` file below it,
-  in sorted order, skipping names that start with a dot (editor swap files, ``.git``) and not
-  following symlinked directories. The same file reached twice is read once.
-- A file that defines no schedule (empty, or only comments) is a **warning**, and so is a
-  directory without schedule files: the set is valid, but probably not what was meant.
-- A file must be UTF-8 (a leading BOM is tolerated) and at most 16 MiB; anything else is one
-  error at the line where decoding failed (or line 1).
-- Anything that is not a regular file or a directory (a named pipe, a socket, a device, a
-  symlink loop or a dangling symlink) is never opened for reading: opening a FIFO blocks until a
-  writer comes. Given directly it is an error; met in a directory it is a warning and skipped.
+- Which files a path names, how a file is read as text, and which files may define
+  ``command``: :mod:`cronkeeper.schedule.files`.
+- A file that defines no schedule (empty, or only comments) is a **warning**: the set is valid,
+  but probably not what was meant.
 - A TOML syntax error makes the whole file unreadable: one error at the line TOML reports.
-- A file that defines ``command`` must not be writable by group or others, nor may the
-  directories that hold it, up to the directory that was given: whoever can write there could
-  run code on every worker. One error per file, at its first ``command``.
+- A file that defines ``command`` and is writable by group or others (or sits in a directory
+  that is) is one error, at its first ``command``, and none of its schedules is loaded.
 - A name defined twice (in one directory or across paths) is an error at each definition, and
   neither copy is loaded.
 - The top-level table ``calendars`` holds calendars, not a schedule (``schedule.calendars``):
@@ -24,16 +17,13 @@ Choices (docs/schedules.md repeats them for operators):
 
 ``load_paths`` never raises for bad input; ``load_valid`` raises :class:`ScheduleError`.
 """
-
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import os
 import re
 import signal
-import stat
 import sys
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -45,11 +35,11 @@ from cronkeeper.errors import ScheduleError
 from cronkeeper.schedule import calendars as cal
 from cronkeeper.schedule import fasttoml
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
+from cronkeeper.schedule.files import read_text, schedule_files, writable_problem
 from cronkeeper.schedule.lines import LineIndex
 from cronkeeper.schedule.model import ScheduleSet, ScheduleSpec
 from cronkeeper.schedule.validate import Memo, check_schedule
 
-MAX_FILE_BYTES = 16 * 1024 * 1024
 _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _TOML_LINE = re.compile(r"\s*\(at line (\d+)\)\s*$")
 
@@ -111,38 +101,7 @@ def _load_paths(
     paths: Sequence[str | os.PathLike[str]], now: datetime, wanted: Wanted
 ) -> LoadResult:
     diagnostics: list[Diagnostic] = []
-    files: list[tuple[str, str | None]] = []  # (path to show, root directory it was found under)
-    seen: set[str] = set()
-    for raw in paths:
-        path = os.fspath(raw)
-        special = special_file(path)
-        if special is not None and special != "missing":
-            diagnostics.append(Diagnostic(path, 0, None, f"{special}, not a schedule file"))
-            continue
-        if os.path.isdir(path):
-            found = _walk(path, diagnostics)
-            if not found:
-                diagnostics.append(Diagnostic(
-                    path, 0, None, "no schedule files (*.toml) in this directory",
-                    Severity.WARNING,
-                ))  # fmt: skip
-            candidates: list[tuple[str, str | None]] = [(f, path) for f in found]
-        elif os.path.exists(path):
-            candidates = [(path, None)]
-        else:
-            diagnostics.append(Diagnostic(path, 0, None, "no such file or directory"))
-            continue
-        for file, root in candidates:
-            special = special_file(file) if root is not None else None
-            if special is not None:  # met in a directory walk: say so, skip it, keep the rest
-                diagnostics.append(Diagnostic(
-                    file, 0, None, f"{special}, not a schedule file; skipped", Severity.WARNING
-                ))  # fmt: skip
-                continue
-            key = os.path.realpath(file)
-            if key not in seen:
-                seen.add(key)
-                files.append((file, root))
+    files = schedule_files(paths, diagnostics)
 
     specs: list[ScheduleSpec] = []
     defined = 0
@@ -277,49 +236,6 @@ def _split(files: list[tuple[str, str | None]], parts: int) -> list[list[tuple[s
     return chunks
 
 
-_SPECIAL_KINDS = (
-    (stat.S_ISFIFO, "a named pipe (FIFO)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
-
-
-def special_file(path: str) -> str | None:
-    """What ``path`` is when it is neither a regular file nor a directory (``"a named pipe
-    (FIFO)"``, ``"a symlink loop"`` ...), ``"missing"`` when nothing is there, else None.
-    Looks with stat only: never opens the path."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "a symlink loop"
-        if exc.errno == errno.ENOENT and os.path.islink(path):
-            return "a dangling symlink"
-        return "missing" if exc.errno == errno.ENOENT else None  # EACCES etc.: open() says
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return None
-    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), "not a regular file")
-
-
-def _walk(root: str, diagnostics: list[Diagnostic]) -> list[str]:
-    found: list[str] = []
-
-    def on_error(exc: OSError) -> None:
-        diagnostics.append(Diagnostic(
-            exc.filename or root, 0, None, f"cannot read directory: {exc.strerror}"
-        ))  # fmt: skip
-
-    for directory, dirnames, filenames in os.walk(root, onerror=on_error):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found.extend(
-            os.path.join(directory, f)
-            for f in filenames
-            if f.endswith(".toml") and not f.startswith(".")
-        )
-    return sorted(found)
-
-
 def _load_file(
     file: str, root: str | None, now: datetime, memo: Memo, wanted: Wanted
 ) -> FileResult:
@@ -330,27 +246,9 @@ def _load_file(
         diags.append(Diagnostic(file, line, None, message))
         return [], [], diags, [], []
 
-    try:
-        # O_NONBLOCK: should a FIFO replace the file after special_file() looked, opening it
-        # still returns at once, and fstat below refuses it before any read.
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                return fail("not a regular file")
-            if st.st_size > MAX_FILE_BYTES:
-                return fail(f"file is too large ({st.st_size} bytes; at most 16 MiB)")
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        return fail(f"cannot read file: {exc.strerror or exc}", 0)
-    if len(data) > MAX_FILE_BYTES:
-        return fail("file is too large (at most 16 MiB)")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        return fail(f"not a UTF-8 text file (byte 0x{data[exc.start]:02x} at offset "
-                    f"{exc.start}); schedule files are UTF-8 TOML", line)  # fmt: skip
+    text = read_text(file)
+    if isinstance(text, Diagnostic):
+        return [], [], [text], [], []
     fast = fasttoml.parse(text)
     index: fasttoml.Lines | LineIndex
     if fast is not None:
@@ -401,7 +299,7 @@ def _load_file(
     if not doc:
         diags.append(Diagnostic(file, 1, None, "file defines no schedules", Severity.WARNING))
     if command_line is not None:
-        problem = _writable_problem(file, root)
+        problem = writable_problem(file, root)
         if problem is not None:
             name, line = command_line
             diags.append(Diagnostic(file, line, name, problem))
@@ -438,27 +336,3 @@ def _not_a_table(name: str, value: Any) -> str:
                 f"write [{name}]")  # fmt: skip
     return (f"top-level key '{name}' is not a schedule: each schedule is a table, a line "
             "[schedule-name] followed by its keys (cron = ..., timezone = ...)")  # fmt: skip
-
-
-def _writable_problem(file: str, root: str | None) -> str | None:
-    """Why workers must not trust ``file``'s commands, if anyone but its owner can change it."""
-    checks = [(file, "file")]
-    directory = os.path.dirname(os.path.abspath(file))
-    stop = os.path.abspath(root) if root is not None else directory
-    while True:
-        checks.append((directory, "directory"))
-        if directory == stop or os.path.dirname(directory) == directory:
-            break
-        directory = os.path.dirname(directory)
-    for path, kind in checks:
-        try:
-            mode = os.stat(path).st_mode
-        except OSError:
-            continue
-        if mode & 0o022:
-            who = " and ".join(w for bit, w in ((0o020, "group"), (0o002, "others")) if mode & bit)
-            where = "this file" if kind == "file" else f"the directory {path} that holds it"
-            return (f"defines 'command' but {where} is writable by {who} (mode "
-                    f"{stat.S_IMODE(mode):04o}): whoever can write there can run programs on "
-                    f"every worker; run chmod go-w {path}")  # fmt: skip
-    return None

@@ -15,7 +15,7 @@ import queue
 
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import ReconnectBackoff
-from cronkeeper.db import outbox_endings as db
+from cronkeeper.db.outbox_endings import Failure, outbox_complete, outbox_fail
 from cronkeeper.errors import DatabaseError
 from cronkeeper.output import with_tail
 from cronkeeper.worker.classify import Ending, Kind, next_state
@@ -82,7 +82,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     ok: list[Running] = []
     ok_ages: list[float] = []  # seconds since each attempt ended (kept while the database was away)
     failed_helds: list[Running] = []
-    failures: list[db.Failure] = []
+    failures: list[Failure] = []
     keep = worker.db.has(worker.output_column)
     note = worker.db.has(worker.db.notes)
     for held, ending in pending:
@@ -101,7 +101,7 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
     lost = 0
     if ok:
         with worker.db.statement("recording job endings") as conn:
-            done = db.outbox_complete(
+            done = outbox_complete(
                 conn, worker_id=cfg.worker_id, ids=[h.job.id for h in ok],
                 attempts=[h.job.attempt for h in ok], ages=ok_ages,
                 outputs=[h.output() for h in ok] if keep else None, note=note)
@@ -112,8 +112,8 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
         worker.recorded(ok)
     if failures:
         with worker.db.statement("recording job endings") as conn:
-            failed = db.outbox_fail(conn, worker_id=cfg.worker_id, failures=failures,
-                                    keep_output=keep, note=note)
+            failed = outbox_fail(conn, worker_id=cfg.worker_id, failures=failures,
+                                 keep_output=keep, note=note)
         worker.stats["failed"] += len(failed)
         lost += len(failures) - len(failed)
         worker.recorded(failed_helds)
@@ -128,17 +128,17 @@ def record(worker: Host, pending: list[tuple[Running, Ending]]) -> None:
 
 
 def _failure(held: Running, state: str, delay: float, error: str, outcome: str, age: float,
-             keep: bool) -> db.Failure:
+             keep: bool) -> Failure:
     """A failed attempt: with its output when the schema keeps it, the job's last_error then
     carrying the output's tail; else the tail goes with the attempt's error too."""
     job, output = held.job, held.output()
     if keep:
-        return db.Failure(job.id, job.attempt, state, delay, error, outcome, age, output,
-                          with_tail(error, output))
-    return db.Failure(job.id, job.attempt, state, delay, with_tail(error, output), outcome, age)
+        return Failure(job.id, job.attempt, state, delay, error, outcome, age, output,
+                       with_tail(error, output))
+    return Failure(job.id, job.attempt, state, delay, with_tail(error, output), outcome, age)
 
 
-def _observe(pending: list[tuple[Running, Ending]], failures: list[db.Failure]) -> None:
+def _observe(pending: list[tuple[Running, Ending]], failures: list[Failure]) -> None:
     """Metrics for each recorded ending, and one error line per dead letter (§8: who is alerted)."""
     sink = metrics.current()
     outcome_of = {f.id: f for f in failures}

@@ -143,8 +143,9 @@ class HandlerProcesses(Protocol):
 
 
 class Host(Protocol):
-    """What the leaf modules (execute, recorder) use of the worker that runs them: the loop's
-    ``Worker`` provides it, and they import this instead of the loop (no import circle)."""
+    """What the leaf modules (execute, recorder, supervisor) use of the worker that runs them:
+    the loop's ``Worker`` provides it, and they import this instead of the loop (no import
+    circle)."""
 
     config: WorkerConfig
     engine: Engine
@@ -153,8 +154,12 @@ class Host(Protocol):
     stats: dict[str, int]
     rand: random.Random
     recorder_done: threading.Event
+    stopping: threading.Event
     drain_deadline: float | None
+    exit_code: int
+    lock: threading.Lock  # guards running and recording
     running: dict[int, Running]
+    recording: dict[tuple[int, int], Running]
     output_column: SchemaFeature
 
     @property
@@ -171,3 +176,6 @@ class Host(Protocol):
 
     def recorded(self, helds: list[Running]) -> None:
         """These endings are in the database (or the fence refused them): let the jobs go."""
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop claiming and drain (at once when ``immediate``)."""

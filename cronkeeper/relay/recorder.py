@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from cronkeeper import clock, metrics
 from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
-from cronkeeper.db import outbox_endings as db
+from cronkeeper.db import outbox_endings
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.errors import DatabaseError
 
@@ -26,7 +26,7 @@ class RoundResult:
 
     published: list[tuple[OutboxJob, str, str, float]] = field(default_factory=list)
     # ^ job, target, target id, acknowledged at (monotonic)
-    failed: list[db.Failure] = field(default_factory=list)
+    failed: list[outbox_endings.Failure] = field(default_factory=list)
     deferred: list[tuple[OutboxJob, float, str]] = field(default_factory=list)
     # ^ job, delay, reason: handed back without counting the attempt
     schedules: dict[int, str | None] = field(default_factory=dict)  # of the failed, by job id
@@ -85,7 +85,7 @@ class Recorder:
             jobs = [p[0] for p in out.published]
             with self.db.statement("marking jobs published") as conn:
                 marked_at = clock.monotonic()
-                due = db.outbox_mark_published(
+                due = outbox_endings.outbox_mark_published(
                     conn, relay_id=self.relay_id, ids=[j.id for j in jobs],
                     attempts=[j.attempt for j in jobs], targets=[p[1] for p in out.published],
                     target_ids=[p[2] for p in out.published],
@@ -102,8 +102,8 @@ class Recorder:
         if out.failed:
             note = self.db.has(self.db.notes)
             with self.db.statement("recording failed publishes") as conn:
-                done = set(db.outbox_fail(conn, worker_id=self.relay_id, failures=out.failed,
-                                          note=note))
+                done = set(outbox_endings.outbox_fail(
+                    conn, worker_id=self.relay_id, failures=out.failed, note=note))
             for f in out.failed:
                 if f.state == "dead" and f.id in done:
                     m.relay_settled(out.schedules.get(f.id), f.attempt)
@@ -112,7 +112,7 @@ class Recorder:
         while out.deferred:
             job, delay, reason = out.deferred[0]
             with self.db.statement("handing jobs back") as conn:
-                db.outbox_defer(conn, worker_id=self.relay_id, job_id=job.id,
-                                attempt=job.attempt, delay=delay, reason=reason)
+                outbox_endings.outbox_defer(conn, worker_id=self.relay_id, job_id=job.id,
+                                            attempt=job.attempt, delay=delay, reason=reason)
             self.stats["deferred"] += 1
             out.deferred.pop(0)

@@ -11,6 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cronkeeper"
 PURE = ["schedule", "timing", "planning.py", "audit.py", "period_states.py", "backoff.py",
         "outage.py", "importing/crontab.py",
         "importing/cronie.py", "importing/naming.py", "importing/render.py", "importing/model.py",
+        "importing/celery_crontab.py",
         "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py", "states.py",
         "endings.py", "output.py", "notify/config.py", "notify/messages.py", "configfile.py"]
 FORBIDDEN_IN_PURE = (

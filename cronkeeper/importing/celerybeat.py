@@ -7,11 +7,8 @@ The zone is Celery's own choice (``app.timezone``): the ``timezone`` setting, el
 ``enable_utc`` (the default), else the host's local time, which cannot be known for another host,
 so ``--timezone`` must say it.
 
-- ``crontab(...)``: every argument. A field given as a string cronkeeper reads to the same set
-  is kept as written, so ``minute="*/15"`` keeps cron's elapsed-time DST rule; other fields are
-  written from Celery's expanded set. Where Celery differs from cron: Celery fires only on days
-  matching day_of_month AND day_of_week (cron: either, when both are restricted). That is
-  expressible only when one of the two is written starting with ``*``; otherwise refused.
+- ``crontab(...)`` -> ``cron``, every argument (``importing.celery_crontab`` says how, and
+  which day_of_month/day_of_week pairs are refused).
 - ``timedelta``, a number of seconds, or ``schedule(run_every=...)`` -> ``every`` (whole seconds).
   Celery counts an interval from beat's start (or the last run); cronkeeper's ``every`` is
   anchored to the Unix epoch: same interval, another phase (warned; ``--compare`` shows it).
@@ -37,8 +34,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronkeeper.importing import naming
+from cronkeeper.importing.celery_crontab import crontab_cron
 from cronkeeper.importing.model import Conversion, Entry, Problem, UnusableInput
-from cronkeeper.timing import TimingError, load_zone, parse_cron, uses_hash
+from cronkeeper.timing import TimingError, load_zone
 
 _FIELDS = (  # (crontab attribute, cron position, low, high)
     ("minute", 0, 0, 59),
@@ -49,10 +47,7 @@ _FIELDS = (  # (crontab attribute, cron position, low, high)
 )
 _CRON_ATTR = {0: "minutes", 1: "hours", 2: "days", 3: "months", 4: "weekdays"}
 HEADER = (
-    "Differences from Celery beat, for every schedule below:",
-    "- each schedule emits a job whose task is the Celery task name and whose payload is its",
-    "  kwargs; `cronkeeper relay` hands it to Celery (see the suggested relay config).",
-    "- beat ran a task whenever it was due, even while the previous run was busy. cronkeeper",
+    "Differences from Celus run was busy. cronkeeper",
     "  skips a period whose previous job is unfinished (overlap = \"skip\", the default) when",
     "  it can learn that a run finished: from the app's result backend. A task whose results",
     "  are not stored is written with overlap = \"allow\", beat's way (see its note).",
@@ -113,60 +108,6 @@ def _zone(app: Any, fallback: str | None) -> str:
     except TimingError as exc:
         raise UnusableInput(f"{origin} {name!r}: {exc}") from None
     return name
-
-
-def _field_text(orig: Any, values: set[int], position: int, low: int, high: int) -> str:
-    """The cron text of one crontab field: as written when cronkeeper reads it to Celery's set."""
-    if isinstance(orig, str):
-        text = orig.strip().replace(" ", "")
-        fields = ["*"] * 5
-        fields[position] = text
-        try:  # cronkeeper's own H, L and # are never written for a Celery field
-            expr = " ".join(fields)
-            found = None if uses_hash(expr) else parse_cron(expr)
-            parsed = (set(getattr(found, _CRON_ATTR[position]))
-                      if found is not None and not found.extensions else None)  # fmt: skip
-        except TimingError:
-            parsed = None
-        if parsed == values:
-            return text
-    if values == set(range(low, high + 1)):
-        return "*"
-    runs: list[str] = []
-    ordered = sorted(values)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        runs.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(runs)
-
-
-def crontab_cron(sched: Any) -> tuple[str | None, str | None, list[str]]:
-    """(cron text, reason it cannot be converted, warnings) of a Celery ``crontab``."""
-    texts = []
-    for attr, position, low, high in _FIELDS:
-        texts.append(_field_text(getattr(sched, f"_orig_{attr}"), set(getattr(sched, attr)),
-                                 position, low, high))  # fmt: skip
-    dom_all = set(sched.day_of_month) == set(range(1, 32))
-    dow_all = set(sched.day_of_week) == set(range(7))
-    if not dom_all and not dow_all and not (texts[2].startswith("*") or texts[4].startswith("*")):
-        return None, (
-            f"day_of_month={sched._orig_day_of_month!r} and day_of_week="
-            f"{sched._orig_day_of_week!r}: Celery fires only on days matching both; cron (and "
-            "cronkeeper) fire on days matching either when both are restricted, and no cron "
-            "expression says 'both' for these sets. Split it into schedules, or restrict one "
-            "field only"
-        ), []  # fmt: skip
-    warnings = []
-    if texts[0] == "*" and texts[1] != "*":
-        warnings.append(
-            f"minute is '*' with hour {texts[1]!r}: it fires every minute of those hours, as in "
-            "Celery; was crontab(minute=0, ...) meant?"
-        )
-    return " ".join(texts), None, warnings
 
 
 def _duration(seconds: int) -> str:

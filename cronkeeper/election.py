@@ -50,14 +50,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cronkeeper import __version__, clock
+from cronkeeper import clock, instance
 from cronkeeper.db import leadership as dbl
 from cronkeeper.db import sessions as dbsession
 from cronkeeper.db.engine import (
@@ -69,11 +67,9 @@ from cronkeeper.db.engine import (
     driver,
     leader_lock_key,
 )
-from cronkeeper.db.instances import instances_heartbeat, instances_stopped
 from cronkeeper.errors import LeadershipLost, PoolerDetected
 from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.term import Term
-from cronkeeper.timing import tzdata_version
 
 log = logging.getLogger("cronkeeper.election")
 # What ends a session (and is retried): the database, a lost lock or term, the network.
@@ -130,10 +126,6 @@ class Signals:
             self.finished.set()
         for listener in self._listeners:
             listener(signal, term)
-
-
-def default_instance_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 class Node:
@@ -232,7 +224,7 @@ class Node:
         finally:
             self._set_role(Role.STOPPED)
             self.signals.publish(Signal.FINISHED, self.term)
-            self.housekeeping.forget_instance()
+            instance.record_stopped(self.engine, self.cluster, self.instance_id)
 
     def _say_failed(self, exc: BaseException, delay: float, was_leader: bool) -> None:
         """A lost leadership is said each time (it follows a win, so it cannot flood); the
@@ -333,7 +325,8 @@ class Housekeeping:
     """A node's second thread, every ``housekeeping_interval`` until the node has finished: the
     instance heartbeat (the registry ``status`` and ``web`` show; the clock skew), then by
     role: a standby deposes a leader whose heartbeat is stale, a leader that made no progress
-    for ``stall_timeout`` ends its own lock session. ``forget_instance`` on the way out."""
+    for ``stall_timeout`` ends its own lock session. (The node records its instance stopped on
+    the way out.)"""
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -357,15 +350,9 @@ class Housekeeping:
 
     def _instance_heartbeat(self) -> None:
         node = self.node
-        local = clock.wall()
-        with node.engine.begin() as conn:
-            db_now = instances_heartbeat(
-                conn, cluster=node.cluster, instance_id=node.instance_id, kind="scheduler",
-                host=socket.gethostname(), pid=os.getpid(), version=__version__,
-                schedules_digest=node.schedules_digest(), tzdata_version=tzdata_version(),
-                role="leader" if node.role is Role.LEADER else "standby", local_now=local,
-            )
-        self.skew_seconds = (db_now - local).total_seconds()
+        self.skew_seconds = instance.heartbeat(
+            node.engine, cluster=node.cluster, instance_id=node.instance_id,
+            leader=node.role is Role.LEADER, schedules_digest=node.schedules_digest())
         if node.metrics is not None:
             node.metrics.set_skew(self.skew_seconds)
 
@@ -392,10 +379,3 @@ class Housekeeping:
                 dbsession.backend_terminate(conn, pid)
         node.last_progress = clock.monotonic()
 
-    def forget_instance(self) -> None:
-        """Record the instance stopped (best effort: the process is on its way out)."""
-        try:
-            with self.node.engine.begin() as conn:
-                instances_stopped(conn, self.node.cluster, self.node.instance_id)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass

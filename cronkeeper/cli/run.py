@@ -13,7 +13,8 @@ from cronkeeper.cli.common import database_options, start_metrics
 from cronkeeper.cli.connect import open_database
 from cronkeeper.daemon import Daemon, load_schedules
 from cronkeeper.db.engine import redact
-from cronkeeper.election import NodeOptions, default_instance_id
+from cronkeeper.election import NodeOptions
+from cronkeeper.instance import default_instance_id
 
 log = logging.getLogger("cronkeeper.run")
 

@@ -9,12 +9,8 @@ import subprocess
 
 from handlers_for_tests import cronkeeper_exe
 
-from cronkeeper.notify.config import (
-    Event,
-    environment_problems,
-    heartbeat_url,
-    load_notify_config,
-)
+from cronkeeper.notify.config import environment_problems, heartbeat_url, load_notify_config
+from cronkeeper.notify.model import Event
 
 GOOD = """
 heartbeat_url_env = "HC_URL"

@@ -101,7 +101,8 @@ def _with_notify_config(result: LoadResult, path: str) -> LoadResult:
     processes that send are where they must be)."""
     import importlib.util
 
-    from cronkeeper.notify.config import SinkKind, environment_problems, load_notify_config
+    from cronkeeper.notify.config import environment_problems, load_notify_config
+    from cronkeeper.notify.model import SinkKind
     from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 
     checked = load_notify_config(path)

@@ -1,6 +1,6 @@
 """The notify config (docs/notifications.md): named sinks, rules, retries and the heartbeat URL,
-read into frozen values with every problem reported at once as ``file:line: message`` (the
-schedule files' format, ``cronkeeper validate --notify-config``).
+read into frozen values (:mod:`cronkeeper.notify.model`) with every problem reported at once as
+``file:line: message`` (the schedule files' format, ``cronkeeper validate --notify-config``).
 
 Pure: reads a file, imports no database or network library. Secrets are never in the file: a
 sink names the environment variable that holds them (``url_env``, ``secret_env``,
@@ -15,30 +15,26 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
-from fnmatch import fnmatchcase
 from typing import Any
 from urllib.parse import urlsplit
 
 from cronkeeper.configfile import ConfigReader, read_toml
+from cronkeeper.notify.model import (
+    DEFAULT_BACKOFF,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RETRY_FOR,
+    DEFAULT_TIMEOUT,
+    Event,
+    NotifyConfig,
+    Rule,
+    Sink,
+    SinkKind,
+    is_address,
+)
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 from cronkeeper.timing.durations import parse_duration
 from cronkeeper.timing.errors import TimingError
-
-
-class Event(StrEnum):
-    DEAD = "dead"
-    MISSED = "missed"
-    MISSING = "missing"
-    RECOVERED = "recovered"
-
-
-class SinkKind(StrEnum):
-    SLACK = "slack"
-    WEBHOOK = "webhook"
-    EMAIL = "email"
-    APPRISE = "apprise"
-
 
 TOP_KEYS = ("heartbeat_url", "heartbeat_url_env", "heartbeat_interval", "max_attempts",
             "retry_for", "backoff", "sinks", "rules")
@@ -53,91 +49,6 @@ RULE_KEYS = ("events", "owners", "schedules", "tasks", "sink")
 BACKOFF_KEYS = ("base", "factor", "max")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ADDRESS_RE = re.compile(r"[^@\s<>,;\"]+@[^@\s<>,;\"]+")
-
-# Retries: by default at least 10 tries over at least 10 minutes (docs/notifications.md).
-DEFAULT_MAX_ATTEMPTS = 10
-DEFAULT_RETRY_FOR = 600.0
-DEFAULT_BACKOFF = (10.0, 2.0, 300.0)  # base, factor, max (seconds), with full jitter
-DEFAULT_TIMEOUT = {SinkKind.SLACK: 10.0, SinkKind.WEBHOOK: 10.0, SinkKind.EMAIL: 30.0,
-                   SinkKind.APPRISE: 30.0}
-DEFAULT_HEARTBEAT_INTERVAL = 60.0
-
-
-def is_address(text: str | None) -> bool:
-    """Whether ``text`` is an e-mail address (an owner the crontab importer took from MAILTO)."""
-    return bool(text) and ADDRESS_RE.fullmatch(text or "") is not None
-
-
-@dataclass(frozen=True, slots=True)
-class Sink:
-    """One ``[sinks.NAME]`` table. ``settings``: its keys as written (minus ``kind``)."""
-
-    name: str
-    kind: SinkKind
-    settings: tuple[tuple[str, Any], ...]
-    timeout: float
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return dict(self.settings).get(key, default)
-
-    def env_names(self) -> list[str]:
-        """The environment variables the sink reads its secrets from."""
-        return [v for k, v in self.settings if k.endswith("_env")]
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One ``[[rules]]`` entry: events, globs (None: any), the sink it sends to."""
-
-    position: int
-    events: frozenset[Event]
-    owners: tuple[str, ...] | None
-    schedules: tuple[str, ...] | None
-    tasks: tuple[str, ...] | None
-    sink: str
-
-    def matches(self, event: str, schedule: str | None, task: str | None,
-                owner: str | None) -> bool:
-        if event not in self.events:
-            return False
-        for globs, value in ((self.owners, owner), (self.schedules, schedule),
-                             (self.tasks, task)):
-            if globs is not None and not any(fnmatchcase(value or "", g) for g in globs):
-                return False
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class NotifyConfig:
-    path: str
-    sinks: tuple[Sink, ...]
-    rules: tuple[Rule, ...]
-    heartbeat_url: str | None = None
-    heartbeat_url_env: str | None = None
-    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    retry_for: float = DEFAULT_RETRY_FOR
-    backoff: tuple[float, float, float] = DEFAULT_BACKOFF
-    digest: str = ""
-
-    def sinks_for(self, event: str, schedule: str | None, task: str | None,
-                  owner: str | None) -> list[Sink]:
-        """The sinks the matching rules send to, in rule order, each once: every matching rule
-        sends once per event (two rules naming one sink send to it once)."""
-        by_name = {s.name: s for s in self.sinks}
-        found: list[Sink] = []
-        for rule in self.rules:
-            sink = by_name[rule.sink]
-            if sink not in found and rule.matches(event, schedule, task, owner):
-                found.append(sink)
-        return found
-
-    @property
-    def lease(self) -> float:
-        """A sender's lease on one notification: long enough for one sink's send, renewed as
-        each sink answers (``db/notifications.py``, notifications_delivered)."""
-        return 2 * max((s.timeout for s in self.sinks), default=10.0) + 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,8 @@ from cronkeeper.db import notifications as db
 from cronkeeper.db.engine import Engine
 from cronkeeper.db.wake import notes_channel
 from cronkeeper.errors import DatabaseError
-from cronkeeper.notify.config import NotifyConfig
 from cronkeeper.notify.messages import Message, links
+from cronkeeper.notify.model import NotifyConfig
 from cronkeeper.notify.sinks import SendError, send
 from cronkeeper.operations.output import last_output_tail
 from cronkeeper.output import split_tail

@@ -25,7 +25,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cronkeeper import __version__
-from cronkeeper.notify.config import Sink, SinkKind, is_address
 from cronkeeper.notify.messages import (
     SIGNATURE_HEADER,
     Message,
@@ -36,6 +35,7 @@ from cronkeeper.notify.messages import (
     title,
     webhook_body,
 )
+from cronkeeper.notify.model import Sink, SinkKind, is_address
 
 USER_AGENT = f"cronkeeper/{__version__}"
 RETRY_STATUSES = frozenset({408, 425, 429})

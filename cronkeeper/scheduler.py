@@ -166,30 +166,10 @@ class Scheduler:
         )
         claims = periods_claim(self.conn, self._batches(due, now, paused, busy),
                                self.term.number, self.term.progress)
-        missed = self._missed(claims)
+        missed = _missed(claims, states)
         if missed:  # told in the transaction that records them (docs/notifications.md)
             notifications_note_missed(self.conn, missed)
         return now, claims
-
-    def _missed(self, claims: list[tuple[ClaimBatch, list[Claim]]]) -> list[Skipped]:
-        """The periods this tick skipped because no leader was there in time (misfire,
-        coalesced), per schedule: how many, and their window. Nothing to look at, and no cost,
-        when no group of the tick is one of those (the batches of a tick share their groups)."""
-        if not claims or not any(g.reason in _MISSED for g in claims[0][0].groups):
-            return []
-        found: dict[str, list[datetime]] = {}
-        for _batch, claimed in claims:
-            for schedule, scheduled_for, _outcome, reason, _job in claimed:
-                if reason in _MISSED:
-                    found.setdefault(schedule, []).append(scheduled_for)
-        states = self.states
-        rows = []
-        for name, instants in found.items():
-            spec = states[name].spec if name in states else None
-            rows.append(Skipped(name, spec.task_name if spec else None,
-                                spec.owner if spec else None, len(instants), min(instants),
-                                max(instants)))
-        return rows
 
     def _batches(
         self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
@@ -245,6 +225,27 @@ class Scheduler:
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._due.push(state.next_fire, name)
+
+
+def _missed(claims: list[tuple[ClaimBatch, list[Claim]]],
+            states: dict[str, ScheduleState]) -> list[Skipped]:
+    """The periods this tick skipped because no leader was there in time (misfire,
+    coalesced), per schedule: how many, and their window. Nothing to look at, and no cost,
+    when no group of the tick is one of those (the batches of a tick share their groups)."""
+    if not claims or not any(g.reason in _MISSED for g in claims[0][0].groups):
+        return []
+    found: dict[str, list[datetime]] = {}
+    for _batch, claimed in claims:
+        for schedule, scheduled_for, _outcome, reason, _job in claimed:
+            if reason in _MISSED:
+                found.setdefault(schedule, []).append(scheduled_for)
+    rows = []
+    for name, instants in found.items():
+        spec = states[name].spec if name in states else None
+        rows.append(Skipped(name, spec.task_name if spec else None,
+                            spec.owner if spec else None, len(instants), min(instants),
+                            max(instants)))
+    return rows
 
 
 def _jittered(name: str, jitter: float, decision: Decision) -> datetime | None:

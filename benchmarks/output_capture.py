@@ -162,7 +162,8 @@ class ClaimProbe(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from cronkeeper.db.outbox import outbox_claim, outbox_complete
+        from cronkeeper.db.outbox_claims import outbox_claim
+        from cronkeeper.db.outbox_endings import outbox_complete
 
         n = 0
         with self.engine.connect() as conn:

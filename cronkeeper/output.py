@@ -107,14 +107,24 @@ class Capture:
         """End the capture (later feeds are ignored) and return what it kept."""
         with self._lock:
             if self._value is None:
-                self._fold()
+                if not self.total:  # only lines so far (a handler's records): the usual case
+                    data = "".join(self._lines).encode("utf-8", "replace")
+                    self._lines.clear()
+                    if len(data) <= self.limit:  # kept as they are: one join, one encoding
+                        self.total = len(data)
+                        self._closed = True
+                        self._value = data
+                        return data
+                    self._feed(data)
+                else:
+                    self._fold()
                 self._closed = True
                 self._value = self._render()
             return self._value
 
     def _render(self) -> bytes:
         if self.total <= self.limit:
-            return bytes(self._head + self._tail)
+            return bytes(self._head + self._tail) if self._tail else bytes(self._head)
         head = bytes(self._head)
         tail = bytes(self._tail[len(self._tail) - self.tail_size:])
         separator = b"\n" if head and not head.endswith(b"\n") else b""

@@ -91,10 +91,17 @@ class JobLogCapture(logging.Handler):
         # No handler lock: a capture takes its own, and most records belong to no job.
         capture = _current.get()
         if capture is not None:
-            try:
-                capture.feed_line(line(record))
+            try:  # line(record), written out: this runs for every record of every job
+                created = record.created
+                milli = _milli
+                stamp = milli[2] if milli[0] <= created < milli[1] else _stamp(created)
+                text = f"{stamp} {record.levelname} {record.name}: {record.getMessage()}\n"
+                if record.exc_info or record.exc_text or record.stack_info:
+                    text += _details(record)
             except Exception:  # noqa: BLE001 - a record that cannot be formatted: as logging does
                 self.handleError(record)
+                return True
+            capture.feed_line(text)
         elif record.levelno >= self.fallback_level and not _handled_elsewhere(record, self):
             last = logging.lastResort
             if last is not None and record.levelno >= last.level:

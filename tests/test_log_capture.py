@@ -1,0 +1,262 @@
+"""A handler's log records kept with its attempt (cronkeeper.worker.logcapture), in one process:
+each record goes to the capture of the job that emitted it and to no other, in its order, as
+one line with its instant; the cap keeps the exact first and last halves of those lines; a
+capture closed when its job is abandoned keeps what came before and nothing after. The same
+with real workers: tests/test_job_output.py."""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import logging
+import sys
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_output_capture import reference
+
+from cronkeeper.output import Capture
+from cronkeeper.worker import logcapture
+from cronkeeper.worker.logcapture import JobLogCapture, capturing, line
+
+
+@pytest.fixture
+def log():
+    """A logger of its own with the capture's handler (the root logger is left alone)."""
+    logger = logging.getLogger("tests.logcapture")
+    handler = JobLogCapture()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    yield logger
+    logger.removeHandler(handler)
+
+
+def record(created: float, msg: str = "m %s", args: tuple = ("x",)) -> logging.LogRecord:
+    rec = logging.LogRecord("tests.logcapture", logging.INFO, __file__, 1, msg, args, None)
+    rec.created = created
+    return rec
+
+
+def stamp_ms(text: str) -> int:
+    """The instant a line's stamp says, in milliseconds since the epoch."""
+    stamp = text.split(" ", 1)[0]
+    assert len(stamp) == 24 and stamp[19] == "." and stamp.endswith("Z"), stamp
+    return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(stamp[20:23])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.0, 4e9, allow_nan=False) | st.sampled_from(
+    [1772953201.0, 1772953201.0009999, 1772953201.001, 1772953201.9999999, 1772953202.0]),
+    min_size=1, max_size=30))
+def test_each_line_carries_the_millisecond_of_its_record_whatever_came_before(instants):
+    # The stamp is kept for records of the same millisecond: records of other milliseconds,
+    # seconds and years in any order must each get their own.
+    for created in instants + instants[::-1]:
+        text = line(record(created))
+        assert text.endswith(" INFO tests.logcapture: m x\n")
+        ms = stamp_ms(text)
+        assert ms - 1e-3 <= created * 1000 < ms + 1 + 1e-3, (created, text)
+
+
+def test_the_handler_writes_the_line_that_line_writes(log):
+    # handle() writes line() out for speed: both must make the same text of the same records,
+    # tracebacks and stacks included.
+    records: list[logging.LogRecord] = []
+    keeper = logging.Handler()
+    keeper.emit = records.append  # type: ignore[method-assign]
+    log.addHandler(keeper)
+    capture = Capture(1 << 16)
+    try:
+        with capturing(capture):
+            log.info("plain %d and %s", 1, "two")
+            log.warning("no args, a literal %s")
+            try:
+                raise ValueError("boom")
+            except ValueError:
+                log.exception("failed")
+            log.info("with its stack", stack_info=True)
+    finally:
+        log.removeHandler(keeper)
+    kept = capture.close().decode()
+    assert len(records) == 4 and kept == "".join(line(r) for r in records)
+    assert "ValueError: boom" in kept and 'raise ValueError("boom")' in kept
+    assert "Stack (most recent call last):" in kept and "literal %s\n" in kept
+
+
+def test_records_outside_any_job_and_of_other_jobs_are_not_kept(log):
+    mine, other = Capture(1 << 16), Capture(1 << 16)
+    log.info("before any job")
+    with capturing(mine):
+        log.info("mine 1")
+        with capturing(other):
+            log.info("other 1")
+        log.info("mine 2")
+    log.info("after the job")
+    assert [x.split(": ", 1)[1] for x in mine.close().decode().splitlines()] == ["mine 1", "mine 2"]
+    assert [x.split(": ", 1)[1] for x in other.close().decode().splitlines()] == ["other 1"]
+
+
+def test_two_jobs_on_two_threads_logging_in_strict_alternation_keep_only_their_own(log):
+    turns = [threading.Event(), threading.Event()]
+    captures = [Capture(1 << 20), Capture(1 << 20)]
+    stray: list[BaseException] = []
+
+    def job(me: int) -> None:
+        try:
+            with capturing(captures[me]):
+                for i in range(300):
+                    assert turns[me].wait(10)
+                    turns[me].clear()
+                    log.info("job %d line %d", me, i)
+                    turns[1 - me].set()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            stray.append(exc)
+            turns[1 - me].set()
+
+    threads = [threading.Thread(target=job, args=(me,)) for me in (0, 1)]
+    for t in threads:
+        t.start()
+    turns[0].set()
+    for t in threads:
+        t.join(30)
+    assert not stray
+    for me in (0, 1):
+        lines = captures[me].close().decode().splitlines()
+        assert [x.split(": ", 1)[1] for x in lines] == [f"job {me} line {i}" for i in range(300)]
+
+
+def test_an_async_job_keeps_its_tasks_and_to_thread_records_and_not_its_neighbours(log):
+    captures = {"a": Capture(1 << 20), "b": Capture(1 << 20)}
+
+    async def handler(key: str) -> None:
+        async def task(i: int) -> None:
+            log.info("%s task %d", key, i)
+            await asyncio.sleep(0)
+
+        for i in range(50):
+            log.info("%s main %d", key, i)
+            await asyncio.gather(task(i), asyncio.to_thread(log.info, "%s thread %d", key, i))
+
+    def job(key: str) -> None:
+        with capturing(captures[key]):
+            asyncio.run(handler(key))
+
+    threads = [threading.Thread(target=job, args=(key,)) for key in captures]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for key, other in (("a", "b"), ("b", "a")):
+        messages = [x.split(": ", 1)[1] for x in captures[key].close().decode().splitlines()]
+        assert not [m for m in messages if m.startswith(other)]
+        for kind in ("main", "task", "thread"):
+            assert [m for m in messages if f" {kind} " in m] == [f"{key} {kind} {i}" for i in range(50)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.text(max_size=120), max_size=60), limit=st.integers(1, 900),
+       as_bytes=st.lists(st.booleans(), max_size=60))
+def test_lines_past_the_cap_keep_exactly_the_first_and_last_halves(lines, limit, as_bytes):
+    # Lines (a handler's records) and bytes (a pipe's) in any mix, ASCII or not: the capture
+    # keeps what the cap keeps of their concatenation in order, however they were folded.
+    capture = Capture(limit)
+    fed = b""
+    for i, text in enumerate(lines):
+        if i < len(as_bytes) and as_bytes[i]:
+            capture.feed(text.encode("utf-8", "replace"))
+        else:
+            capture.feed_line(text)
+        fed += text.encode("utf-8", "replace")
+    assert capture.close() == reference(fed, limit)
+    assert capture.total == len(fed)
+
+
+def test_a_handler_logging_megabytes_is_held_within_the_cap(log):
+    capture = Capture(4096)
+    with capturing(capture):
+        for i in range(20000):
+            log.info("line %06d %s", i, "x" * 80)
+        # Folded as it goes: never much more than the limit pending as lines.
+        assert capture._pending <= 4096 + 200
+    kept = capture.close().decode()
+    lines = kept.splitlines()
+    assert lines[0].endswith(": line 000000 " + "x" * 80)
+    assert lines[-1].endswith(": line 019999 " + "x" * 80)
+    assert "[cronkeeper: " in kept and len(kept.encode()) <= 4096 + 64
+
+
+def test_a_capture_closed_when_its_job_is_abandoned_keeps_what_came_before_only(log):
+    # The worker closes the capture of a thread it abandons at the timeout; the thread logs on.
+    capture = Capture(1 << 16)
+    closed, logged_on = threading.Event(), threading.Event()
+
+    def handler() -> None:
+        with capturing(capture):
+            log.info("before the timeout")
+            closed.wait(10)
+            log.info("after the timeout")
+            logged_on.set()
+
+    thread = threading.Thread(target=handler)
+    thread.start()
+    while b"before" not in b"".join(s.encode() for s in capture._lines):
+        time.sleep(0.001)
+    kept = capture.close()
+    closed.set()
+    assert logged_on.wait(10)
+    thread.join(10)
+    assert kept.decode().endswith("INFO tests.logcapture: before the timeout\n")
+    assert capture.close() == kept and b"after" not in kept
+
+
+def test_threads_feeding_one_capture_past_its_cap_lose_no_byte_from_the_count():
+    # A handler's own threads (to_thread) log into one capture while it folds them.
+    capture = Capture(1000)
+
+    def write(tag: str) -> None:
+        for i in range(3000):
+            capture.feed_line(f"{tag}{i}\n")
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kept = capture.close()
+    assert capture.total == sum(len(f"{t}{i}\n") for t in "abcd" for i in range(3000))
+    assert len(kept) == 1000 + len(b"[cronkeeper: %d bytes left out]\n" % (capture.total - 1000)) + (
+        0 if kept[499:500] == b"\n" else 1)
+
+
+def test_a_record_that_cannot_be_formatted_is_reported_and_not_kept():
+    handler = JobLogCapture()
+    reported: list[logging.LogRecord] = []
+    handler.handleError = reported.append  # type: ignore[method-assign]
+    capture = Capture(1 << 16)
+    bad, fine = record(1772953201.25, "two %s %s", ("only one",)), record(1772953201.5, "fine", ())
+    with capturing(capture):
+        handler.handle(bad)
+        handler.handle(fine)
+    assert reported == [bad]
+    assert capture.close() == b"2026-03-08T07:00:01.500Z INFO tests.logcapture: fine\n"
+
+
+def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
+    # Process isolation: the child's records go to its stderr, the attempt's pipe.
+    written: list[str] = []
+
+    class Stream:
+        def write(self, text: str) -> None:
+            written.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Stream())
+    handler = logcapture._StderrRecords()
+    handler.handle(record(1772953201.25, "child %s", ("line",)))
+    assert written == ["2026-03-08T07:00:01.250Z INFO tests.logcapture: child line\n"]

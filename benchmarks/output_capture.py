@@ -15,7 +15,9 @@ processes at their defaults, started once and kept running for every round of th
   kept). Two task schedules (in the workers' ``--schedules``), the default limit and ``"0B"``.
   With ``0B`` the records are still made and reach the root logger (the worker lowers an
   untouched root to INFO so that they could be kept), and are dropped there: the cheapest a
-  discarded record can be, so the comparison is the harshest for capture.
+  discarded record can be, so the comparison is the harshest for capture. The worker's own
+  part of it (formatting and keeping the records) is measured apart, without the database or
+  the machine's noise, by benchmarks/log_capture_cost.py.
 - ``handlers-logged``: the same, in an application that configured logging itself
   (``logging.basicConfig(level=INFO, filename=...)``, here /dev/null): every record is
   formatted and written by the application's handler in both modes, as an application that

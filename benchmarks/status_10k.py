@@ -5,11 +5,15 @@ Seeds a private schema with the 10,000 schedules of ``web_render.py`` (its mix o
 timezones, each schedule's 60 latest periods recorded, a job per emitted period: 600,000
 periods, about 550,000 jobs), then one finished attempt per job (plus a second, timed-out one
 before it on every 17th job, and every 101st schedule running close to its timeout), so each
-schedule's run-time figures come from 50-60 attempts. Then it runs the real console script as
-a subprocess ``--runs`` times and prints the median and the best, with the load average, and
-the plan (EXPLAIN ANALYZE) of the run-time statement, ``attempts_runtimes``, to name the
-indexes it uses, the statement's own time, and how long migration 0009's index takes to build
-over these attempts.
+schedule's run-time figures come from 50-60 attempts. Then it starts a real `cronkeeper run`
+on those schedules (written as schedule files: the same digests, so no new version), waits until
+its summarizer has summarized every schedule (docs/observability.md, "Where status's figures
+come from"), and runs the real console script as a subprocess ``--runs`` times while that
+leader leads, printing the median and the best, with the load average. For the ratio within
+the run it also times the document in-process both ways (the leader's summary, and every
+schedule computed live, as without a leader), and prints the plan (EXPLAIN ANALYZE) of the
+run-time statement, ``attempts_runtimes``, to name the indexes it uses, the statement's own
+time, and how long migration 0009's index takes to build over these attempts.
 
     .venv/bin/python benchmarks/status_10k.py [--runs 5] [--schedules 10000]
         [--database-url postgresql://postgres@127.0.0.1:5432/test] [--keep] [--schema NAME]
@@ -22,6 +26,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +34,9 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from daemon_harness import Daemon, wait_for  # noqa: E402 - the harness lives with the tests
+from web_render import kind  # noqa: E402
 from web_render import seed as seed_schedules  # noqa: E402 - the 10,000-schedule seed
 
 # Each job's attempt: 0.5-3.4 s of run time against the default timeout (600 s); every 101st
@@ -63,6 +71,45 @@ def seed(url: str, schema: str, count: int) -> int:
         conn.execute(SEED_ATTEMPTS)
         conn.execute("VACUUM (ANALYZE) outbox, attempts")
         return conn.execute("SELECT count(*) FROM attempts").fetchone()[0]
+
+
+def schedule_files(directory: Path, count: int) -> Path:
+    """The seeded schedules as one schedule file (the seed's specs: the same digests)."""
+    lines = []
+    for i in range(count):
+        every, cron, zone, _ = kind(i)
+        lines += [f"[job-{i:05d}]", f'every = "{int(every)}s"' if every else f'cron = "{cron}"',
+                  f'timezone = "{zone}"', 'misfire = "skip"', 'task = "bench.noop"',
+                  f'owner = "team-{i % 7}"', ""]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "bench.toml").write_text("\n".join(lines))
+    return directory
+
+
+def summarized(url: str, schema: str) -> int:
+    """Schedules the leader in force has summarized under its current term."""
+    with psycopg.connect(url, options=f"-c search_path={schema}") as conn:
+        return conn.execute(
+            "SELECT count(*) FROM schedule_summaries s JOIN leadership l ON l.term = s.term "
+            "AND l.released_at IS NULL").fetchone()[0]
+
+
+def in_process(url: str, schema: str) -> None:
+    """The document built in this process, from the leader's summary and all live: the ratio."""
+    from cronkeeper.db.engine import make_engine, normalize_url
+    from cronkeeper.operations.status import gather
+
+    engine = make_engine(normalize_url(url), schema, pool_size=2)
+    for use in (True, False):
+        took = []
+        for _ in range(2):
+            start = time.perf_counter()
+            doc = gather(engine, schema, "default", use_summary=use)
+            took.append(time.perf_counter() - start)
+        print(f"gather in-process, {'summary' if use else 'all live'}: best {min(took):.3f}s "
+              f"(figures {doc['figures']['summarized']} summarized, "
+              f"{doc['figures']['computed_live']} live) | {load()}")
+    engine.dispose()
 
 
 def explain(url: str, schema: str) -> None:
@@ -114,7 +161,19 @@ def main() -> None:
     argv = [exe, "status", "--format", "json", "--database-url", args.database_url,
             "--schema", schema]
     env = {k: v for k, v in os.environ.items() if k != "CRONKEEPER_SCHEDULES"}
+    root = Path(tempfile.mkdtemp(prefix="cronkeeper-status10k-"))
+    leader = Daemon(url=args.database_url, schema=schema, cluster="default",
+                    schedules=schedule_files(root / "schedules", args.schedules),
+                    instance_id="bench-leader", log_dir=root, leader_timeout=10,
+                    stall_timeout=30)
     try:
+        start = time.perf_counter()
+        leader.start()
+        wait_for(lambda: summarized(args.database_url, schema) >= args.schedules, 600,
+                 "the leader's summary of every schedule", interval=1.0,
+                 alive=leader.proc)
+        print(f"a leader summarized {args.schedules} schedules {time.perf_counter() - start:.1f}s "
+              f"after it started (its log: {leader.log_path})")
         took = []
         for _ in range(args.runs):
             start = time.perf_counter()
@@ -127,8 +186,12 @@ def main() -> None:
         print(f"cronkeeper status --format json, {args.schedules} schedules: median "
               f"{statistics.median(took):.3f}s, best {min(took):.3f}s over {args.runs} runs "
               f"({flagged} schedules diagnosed near their timeout)")
+        in_process(args.database_url, schema)
+        leader.stop(60)
         explain(args.database_url, schema)
     finally:
+        if leader.alive():
+            leader.kill()
         if not args.keep and not args.schema:
             with psycopg.connect(args.database_url, autocommit=True) as conn:
                 conn.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -6,9 +6,10 @@ The election (``election.Node``) wins a term and hands it to ``LeaderLoop.lead``
     load the versions in force ─► catch up (tick until current) ─► adopt the file set
         ─► loop: adopt a pending set (reload) · tick (heartbeat_url pinged when due, off the
                  loop's thread: ``notify.heartbeat``) · prune every prune_interval (jobs,
-                 attempts, periods, notifications) · a step of the audit for missing periods
-                 (``notify.missing``, with a notify config) · sleep until the next due
-                 instant, a wake, or heartbeat_interval
+                 attempts, periods, notifications) · a step of the summarizer (each
+                 schedule's figures for status, the web and the metrics, and the audit for
+                 missing periods: ``summarizer``) · sleep until the next due instant, a wake,
+                 or heartbeat_interval
 
 Each bounded step of work is reported as progress (``Term.progress``: the stall watchdog's
 feed; see ``election``). ``lead`` returns when the process stops (the current tick done; the
@@ -30,10 +31,10 @@ from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
 from cronkeeper.db.notifications import notifications_prune
 from cronkeeper.notify.heartbeat import Pinger
-from cronkeeper.notify.missing import MissingWatch
 from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import Scheduler, TickReport
+from cronkeeper.summarizer import Summarizer
 from cronkeeper.term import Term
 from cronkeeper.versions import LOG_EACH_UP_TO
 
@@ -72,8 +73,9 @@ class LeaderLoop:
         self.metrics = metrics
         # heartbeat_url (docs/notifications.md): beaten after each committed tick of a term
         self.pinger = pinger
-        # the audit that tells missing periods (notify.missing), run between ticks
+        # the summarizer's audit also tells missing periods (notify.missing)
         self.audit_missing = audit_missing
+        self.summarizer: Summarizer | None = None  # the current term's (tests read its passes)
         self.term: Term | None = None  # the term being led, None between terms
         self.current = threading.Event()
         self._wake = threading.Event()
@@ -138,7 +140,7 @@ class LeaderLoop:
         _settle_heap()
         self.current.set()
         next_prune = clock.monotonic()
-        watch = MissingWatch() if self.audit_missing else None
+        summarizer = self.summarizer = Summarizer(notify=self.audit_missing)
         while not term.stopping.is_set():
             pending, self._pending = self._pending, None
             if pending is not None:
@@ -153,8 +155,7 @@ class LeaderLoop:
             if clock.monotonic() >= next_prune:
                 self._prune(term)
                 next_prune = clock.monotonic() + self.options.prune_interval
-            if watch is not None:
-                watch.step(term, scheduler.states)
+            summarizer.step(term, scheduler.states, scheduler.states)
             wait = self.options.heartbeat_interval
             upcoming = scheduler.next_due()
             if upcoming is not None:

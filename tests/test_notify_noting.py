@@ -231,15 +231,17 @@ class _Term:
 def test_the_leaders_audit_tells_each_missing_period_once(engine, database_url, schema):
     """Periods due beyond grace with no outcome in the last 24 hours are told, as one missing
     notification per schedule and audit; the next pass tells only periods newly missing, and a
-    new term's first pass (24 hours back) does not tell those again."""
+    new term's first pass (24 hours back) does not tell those again. The audit is the leader's
+    summarizer's: the same pass keeps the last hour's count for status and the metrics."""
     import json
 
     import psycopg
     import sqlalchemy as sa
     from conftest import libpq_url
 
-    from cronkeeper.notify import missing
+    from cronkeeper.db.schedule_summaries import summaries_read
     from cronkeeper.schedule.model import Misfire, ScheduleSpec
+    from cronkeeper.summarizer import Summarizer
 
     every = ScheduleSpec(name="gappy", every=60, timezone="UTC", misfire=Misfire.SKIP,
                          task="t.x", grace=10, owner="team-a")
@@ -258,21 +260,23 @@ def test_the_leaders_audit_tells_each_missing_period_once(engine, database_url, 
                     "VALUES ('gappy', :t, :v, 'emitted', 1)"), {"t": at, "v": version})
     with psycopg.connect(libpq_url(database_url), options=f"-c search_path={schema}") as conn:
         term = _Term(conn)
-        watch = missing.MissingWatch()
+        watch = Summarizer(notify=True)
         watch.step(term, ["gappy"])
         got = notes(engine)
         assert [(n["event"], n["schedule"], n["task"], n["owner"], n["count"]) for n in got] == [
             ("missing", "gappy", "t.x", "team-a", 5)]
         assert got[0]["window_from"] == start + timedelta(minutes=10)
         assert got[0]["window_until"] == start + timedelta(minutes=14)
-        assert term.steps == 1
+        assert term.steps == 1  # the step fed the stall watchdog
+        with engine.connect() as c:
+            assert summaries_read(c)["gappy"].missing_last_hour == 5
         watch._next = 0.0  # the next pass is due (not waited for)
         watch.step(term, ["gappy"])
-        missing.MissingWatch().step(term, ["gappy"])  # a new term: 24 hours back
+        Summarizer(notify=True).step(term, ["gappy"])  # a new term: 24 hours back
         assert len(notes(engine)) == 1
         with engine.begin() as c:  # a period decided earlier is lost (a failover, say)
             c.execute(sa.text("DELETE FROM periods WHERE scheduled_for = :t"),
                       {"t": start + timedelta(minutes=20)})
-        fresh = missing.MissingWatch()
+        fresh = Summarizer(notify=True)
         fresh.step(term, ["gappy"])
         assert [(n["event"], n["count"]) for n in notes(engine)] == [("missing", 5), ("missing", 1)]

@@ -98,6 +98,18 @@ def versions_all(
     ).fetchall()
 
 
+def versions_heads(conn: sa.Connection | psycopg.Connection) -> list[tuple[int, str, bool, datetime]]:
+    """The newest version of every schedule ever seen, without its spec: (id, schedule, removed,
+    active_from), by name. What a reader that keeps figures per version (``status`` with the
+    leader's summaries) needs to know which are still in force, without parsing a spec."""
+    return driver(conn).execute(
+        """
+        SELECT DISTINCT ON (schedule) id, schedule, spec IS NULL, active_from
+        FROM schedule_versions ORDER BY schedule, active_from DESC, id DESC
+        """
+    ).fetchall()
+
+
 def versions_after(conn: sa.Connection | psycopg.Connection, after_id: int) -> list[VersionTuple]:
     """Versions recorded after ``after_id`` (id, schedule, spec, active_from), in id order: a
     range scan of the primary key. Readers that keep parsed versions read only what is new."""

@@ -165,6 +165,25 @@ notification_subjects = sa.Table(
     sa.Column("missing_through", TS),
 )
 
+# The leader's per-schedule figures (migrations/0014; db/schedule_summaries.py).
+schedule_summaries = sa.Table(
+    "schedule_summaries", metadata,
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("version_id", sa.BigInteger, nullable=False),
+    sa.Column("owner", sa.Text),
+    sa.Column("timeout_seconds", sa.Double, nullable=False),
+    sa.Column("grace_seconds", sa.Double, nullable=False),
+    sa.Column("decided_through", TS, nullable=False),
+    sa.Column("next_fire", TS),
+    sa.Column("missing_last_hour", sa.Integer),
+    sa.Column("duration_attempts", sa.Integer, nullable=False),
+    sa.Column("duration_p50_seconds", sa.Double),
+    sa.Column("duration_p99_seconds", sa.Double),
+    sa.Column("attempts_timed_out_24h", sa.Integer, nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    sa.Column("computed_at", TS, nullable=False),
+)
+
 schema_migrations = sa.Table(
     "schema_migrations", metadata,
     sa.Column("version", sa.Integer, primary_key=True),

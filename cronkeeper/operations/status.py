@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from cronkeeper.runtimes import SAMPLE, Runtime, advice, figures, json_fields, runtime_of
+from cronkeeper.runtimes import SAMPLE, Runtime, advice, figures, json_fields
 from cronkeeper.schedule.diagnostics import safe
 
 STORM_WINDOW = 300.0  # seconds of attempts the retry-storm check looks at
 STOPPED_WITHIN = 3600.0  # instances that stopped gracefully this recently are listed as stopped
 STORM_MIN_FAILURES = 5
-AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 SKEW_WARN = 1.0  # seconds an instance's clock may be off the database's before status says so
 
 
@@ -25,28 +24,23 @@ def _iso(value: Any) -> Any:
 
 
 def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
-           live_within: float = 30.0, schedules_path: str | None = None) -> dict[str, Any]:
+           live_within: float = 30.0, schedules_path: str | None = None,
+           use_summary: bool = True) -> dict[str, Any]:
     """Everything status shows, read in one transaction, plus the diagnosis. ``schedules_path``
     (the schedule files, optional) is read only to place the ``timeout`` of a schedule near
-    it."""
-    from cronkeeper.audit import (
-        audit_schedule,
-        in_window,
-        period_seconds,
-        records_from_rows,
-        spec_in_force,
-        versions_from_rows,
-    )
+    it. Each schedule's figures come from the leader's summary where it may be used
+    (``operations.figures``; ``use_summary`` False: all computed live)."""
     from cronkeeper.db import outbox as dbo
     from cronkeeper.db.attempts import attempts_recent
     from cronkeeper.db.engine import leader_lock_key, translate_errors
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
-    from cronkeeper.db.periods import periods_latest, periods_windows
+    from cronkeeper.db.periods import periods_latest
+    from cronkeeper.db.relay_routes import relay_routes_list
     from cronkeeper.db.schedule_controls import controls_paused
-    from cronkeeper.db.schedule_versions import versions_all
+    from cronkeeper.db.schedule_versions import versions_heads
     from cronkeeper.db.sessions import session_jit_off, session_utc
-    from cronkeeper.errors import UnreadableVersion
+    from cronkeeper.operations.figures import gather_figures, heads_in_force, periods_of
     from cronkeeper.operations.leadership import leads
 
     key = leader_lock_key(schema, cluster)
@@ -60,37 +54,22 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         instances = instances_live(conn, cluster, live_within)
         stopped = instances_stopped_recently(conn, cluster, STOPPED_WITHIN)
         held = lock_holder_pid(conn, key) is not None
-        problems: list[str] = []
-        try:
-            versions = versions_from_rows(versions_all(conn))
-        except UnreadableVersion as exc:
-            versions = {}
-            problems.append(str(exc))
-        current = {n: v[-1] for n, v in versions.items() if v[-1].spec is not None}
-        # The run-time figures are the heaviest statement (up to 100 attempts a schedule): read
-        # on a connection of their own while this one reads the rest and the audit runs here.
-        reading = pool.submit(runtimes_read, engine, sorted(current))
+        heads = versions_heads(conn)
+        current = heads_in_force(heads)
         latest = periods_latest(conn, list(current))
         paused = controls_paused(conn)
         oldest = dbo.outbox_oldest_available(conn)
         dead = dbo.outbox_dead(conn)
         depth = dbo.outbox_depth(conn)
         failed, finished, failed_before = attempts_recent(conn, STORM_WINDOW)
-        from cronkeeper.db.relay_routes import relay_routes_list
-
         routes = relay_routes_list(conn)
-        missing: dict[str, int] = {}
-        since = now - timedelta(hours=1)
-        audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
-        for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
-            rows_of = periods_windows(conn, [(n, since) for n in audited[i:i + AUDIT_CHUNK]],
-                                      now)
-            for name, rows in rows_of.items():
-                _, summary = audit_schedule(name, versions[name], records_from_rows(rows),
-                                            since=since, until=now, now=now)
-                if summary.missing:
-                    missing[name] = summary.missing
-        figures_of = reading.result()
+        # The run-time figures of schedules computed live are the heaviest statement (up to
+        # 100 attempts a schedule): read on a connection of their own meanwhile.
+        gathered = gather_figures(
+            conn, now, heads, latest, summaries=use_summary and leads(lead, leader_timeout),
+            read_runtimes=lambda names: pool.submit(runtimes_read, engine, names))
+        periods = periods_of(conn, {s for s, _o, _a, _n in oldest if s in gathered.figures},
+                             now)
         conn.rollback()
 
     leader = None
@@ -98,20 +77,16 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         leader = {"instance_id": lead["instance_id"], "term": lead["term"],
                   "since": _iso(lead["since"]), "heartbeat_at": _iso(lead["heartbeat_at"])}
     schedules = []
-    periods: dict[str, float | None] = {}
     runtimes: dict[str, Runtime] = {}
-    for name, version in sorted(current.items()):
-        spec = spec_in_force(version)
-        runtime = runtimes[name] = runtime_of(name, spec.timeout, figures_of.get(name))
+    for name, got in gathered.figures.items():
+        runtime = runtimes[name] = got.runtime
         last = latest.get(name)
-        after = max(version.active_from, last[0]) if last else version.active_from
-        upcoming = spec.trigger().next_fire(after)
-        periods[name] = period_seconds(spec, now)
+        upcoming = got.next_fire
         schedules.append({
             "name": name,
-            "owner": spec.owner,
+            "owner": got.owner,
             "next_fire": _iso(upcoming),
-            "overdue": bool(upcoming and (now - upcoming).total_seconds() > spec.grace),
+            "overdue": bool(upcoming and (now - upcoming).total_seconds() > got.grace),
             "last_outcome": None if last is None else {
                 "scheduled_for": _iso(last[0]), "outcome": last[1], "reason": last[2],
                 "decided_at": _iso(last[3]), "job_state": last[4],
@@ -158,14 +133,16 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
             "attempts_finished_recent": finished,
             "attempts_failed_before": failed_before,
         },
-        "periods_missing_last_hour": missing,
+        "periods_missing_last_hour": dict(sorted(gathered.missing.items())),
+        # where the figures came from (the leader's summary, or computed live) and how old
+        "figures": {k: _iso(v) for k, v in gathered.source().items()},
         # docs/relay.md: jobs these routes match go to a relay; workers never claim them
         "relay_routes": [{"relay": r, "position": p, "target": t, "tasks": ts, "schedules": ss}
                          for r, p, t, ts, ss in routes],
     }
     near = [r for r in runtimes.values() if r.near]
     where = timeout_places(schedules_path, {r.schedule for r in near}) if near else {}
-    doc["diagnosis"] = problems + diagnose(doc, periods, runtimes, where)
+    doc["diagnosis"] = gathered.problems + diagnose(doc, periods, runtimes, where)
     return doc
 
 

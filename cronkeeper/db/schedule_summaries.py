@@ -28,6 +28,8 @@ class SummaryRow(NamedTuple):
     grace_seconds: float
     decided_through: datetime  # the instant the next fire was computed after
     next_fire: datetime | None
+    period_from: datetime | None  # the first fire after computed_at (None: it fires no more)
+    period_seconds: float | None  # from period_from to the fire after it (None: no such fire)
     missing_last_hour: int | None  # None: no version in force during that hour
     duration_attempts: int
     duration_p50_seconds: float | None
@@ -45,6 +47,7 @@ INSERT INTO schedule_summaries ({", ".join(_COLUMNS)})
 SELECT * FROM unnest(%(schedule)s::text[], %(version_id)s::bigint[], %(owner)s::text[],
                      %(timeout_seconds)s::float8[], %(grace_seconds)s::float8[],
                      %(decided_through)s::timestamptz[], %(next_fire)s::timestamptz[],
+                     %(period_from)s::timestamptz[], %(period_seconds)s::float8[],
                      %(missing_last_hour)s::int[], %(duration_attempts)s::int[],
                      %(duration_p50_seconds)s::float8[], %(duration_p99_seconds)s::float8[],
                      %(attempts_timed_out_24h)s::int[], %(term)s::bigint[],

@@ -39,12 +39,15 @@ AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
 @dataclass(frozen=True, slots=True)
 class Figures:
-    """One schedule in force, as status shows it."""
+    """One schedule in force, as status shows it. ``period``: the length of its period around
+    the reader's now when the summary knows it (``periods_of`` computes the others)."""
 
     owner: str | None
     next_fire: datetime | None
     grace: float
     runtime: Runtime
+    period: float | None = None
+    period_known: bool = False
 
 
 @dataclass(slots=True)
@@ -97,11 +100,13 @@ def parsed(rows: list) -> tuple[dict[str, list[Version]], list[str]]:
     return out, problems
 
 
-def gather_figures(conn: Any, now: datetime, heads: list, latest: dict[str, tuple], *,
-                   summaries: bool, read_runtimes: Callable[[list[str]], Future]) -> Gathered:
-    """The figures of every schedule in force. ``summaries``: the leader's summary may be used
-    (a leader leads); ``read_runtimes(names)`` reads run-time figures (on a connection of its
-    own: the heaviest statement runs while this one reads the rest)."""
+def gather_figures(conn: Any, now: datetime, heads: list,
+                   read_latest: Callable[[], dict[str, tuple]], *, summaries: bool,
+                   read_runtimes: Callable[[list[str]], Future]) -> Gathered:
+    """The figures of every schedule in force. ``read_latest()``: each schedule's latest
+    decided period (``db.periods.periods_latest``, read meanwhile); ``summaries``: the leader's
+    summary may be used (a leader leads); ``read_runtimes(names)`` reads run-time figures (on
+    a connection of its own: the heaviest statement runs while this one reads the rest)."""
     current = heads_in_force(heads)
     rows = usable(summaries_read(conn), current) if summaries else {}
     live = sorted(current.keys() - rows.keys())
@@ -120,6 +125,7 @@ def gather_figures(conn: Any, now: datetime, heads: list, latest: dict[str, tupl
             if summary.missing:
                 out.missing[name] = summary.missing
     # summary rows whose next fire moved on since (a period decided after it was computed)
+    latest = read_latest()
     refire = [n for n, r in rows.items()
               if next_after(current[n][1], _at(latest.get(n))) != r.decided_through]
     heads_of = {name: vs[-1] for name, vs in versions.items()}
@@ -143,8 +149,11 @@ def gather_figures(conn: Any, now: datetime, heads: list, latest: dict[str, tupl
                 continue  # its version cannot be read now (listed in problems)
             found = (row.duration_attempts, row.duration_p50_seconds, row.duration_p99_seconds,
                      row.attempts_timed_out_24h)
+            # the period around now is the one the row knows while no fire has passed since
+            known = row.period_from is not None and row.computed_at <= now < row.period_from
             out.figures[name] = Figures(row.owner, upcoming, row.grace_seconds,
-                                        runtime_of(name, row.timeout_seconds, found))
+                                        runtime_of(name, row.timeout_seconds, found),
+                                        row.period_seconds if known else None, known)
             if out.oldest is None or row.computed_at < out.oldest.computed_at:
                 out.oldest = row
         elif head is not None and head.spec is not None:
@@ -154,12 +163,18 @@ def gather_figures(conn: Any, now: datetime, heads: list, latest: dict[str, tupl
     return out
 
 
-def periods_of(conn: Any, names: Iterable[str], now: datetime) -> dict[str, float | None]:
+def periods_of(conn: Any, names: Iterable[str], now: datetime, figures: dict[str, Figures]
+               ) -> dict[str, float | None]:
     """The length of each named schedule's period around ``now`` (the diagnosis of a queue
-    behind compares its oldest ready job's wait with it): their versions in force, parsed."""
-    versions, _ = parsed(versions_all(conn, sorted(set(names))))
-    return {name: period_seconds(vs[-1].spec, now) for name, vs in versions.items()
-            if vs[-1].spec is not None}
+    behind compares its oldest ready job's wait with it): from the summary where it knows it,
+    else from its version in force, parsed."""
+    wanted = {n for n in names if n in figures}
+    out = {n: figures[n].period for n in wanted if figures[n].period_known}
+    if wanted - out.keys():
+        versions, _ = parsed(versions_all(conn, sorted(wanted - out.keys())))
+        out.update((name, period_seconds(vs[-1].spec, now)) for name, vs in versions.items()
+                   if vs[-1].spec is not None)
+    return out
 
 
 def _at(latest: tuple | None) -> datetime | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -138,6 +139,12 @@ def explain(url: str, schema: str) -> None:
             print("   ", line)
 
 
+def children_cpu() -> float:
+    """User and system CPU seconds of the finished children (the status processes) so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def load() -> str:
     return "load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -174,18 +181,24 @@ def main() -> None:
                  alive=leader.proc)
         print(f"a leader summarized {args.schedules} schedules {time.perf_counter() - start:.1f}s "
               f"after it started (its log: {leader.log_path})")
-        took = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            proc = subprocess.run(argv, capture_output=True, text=True, env=env)
-            took.append(time.perf_counter() - start)
-            if proc.returncode != 0:
-                raise SystemExit(f"status failed ({proc.returncode}): {proc.stderr[-2000:]}")
-            print(f"  run {len(took)}: {took[-1]:.3f}s ({len(proc.stdout) / 1e6:.1f} MB) | {load()}")
-        flagged = proc.stdout.count("runtime near timeout")
-        print(f"cronkeeper status --format json, {args.schedules} schedules: median "
-              f"{statistics.median(took):.3f}s, best {min(took):.3f}s over {args.runs} runs "
-              f"({flagged} schedules diagnosed near their timeout)")
+        for fmt in ("json", "table"):
+            took, cpu = [], []
+            for _ in range(args.runs if fmt == "json" else 1):
+                used = children_cpu()
+                start = time.perf_counter()
+                proc = subprocess.run([*argv[:2], "--format", fmt, *argv[4:]],
+                                      capture_output=True, text=True, env=env)
+                took.append(time.perf_counter() - start)
+                cpu.append(children_cpu() - used)
+                if proc.returncode != 0:
+                    raise SystemExit(f"status failed ({proc.returncode}): {proc.stderr[-2000:]}")
+                print(f"  {fmt} run {len(took)}: {took[-1]:.3f}s, its own CPU {cpu[-1]:.3f}s "
+                      f"({len(proc.stdout) / 1e6:.1f} MB) | {load()}")
+            flagged = proc.stdout.count("runtime near timeout")
+            print(f"cronkeeper status --format {fmt}, {args.schedules} schedules: median "
+                  f"{statistics.median(took):.3f}s, best {min(took):.3f}s over {len(took)} "
+                  f"run(s) (its CPU: best {min(cpu):.3f}s; {flagged} schedules diagnosed near "
+                  "their timeout)")
         in_process(args.database_url, schema)
         leader.stop(60)
         explain(args.database_url, schema)

@@ -17,6 +17,9 @@ recorded. Pure: versions, records, the window and ``now`` are all arguments.
   with its recorded status too: the audit hides nothing that was recorded.
 - Periods decided before the retention horizon are pruned (default 400 days): the window is cut
   at the horizon, and a note says so, rather than reporting pruned periods as missing.
+
+What it is fed (versions and records read from rows, ``--since``, a period's length) is
+``audit_inputs``; instants as text, ``instants``: both re-exported here.
 """
 
 from __future__ import annotations
@@ -25,13 +28,22 @@ import math
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from cronkeeper.audit_inputs import Version as Version
+from cronkeeper.audit_inputs import parse_since as parse_since
+from cronkeeper.audit_inputs import period_seconds as period_seconds
+from cronkeeper.audit_inputs import records_from_rows as records_from_rows
+from cronkeeper.audit_inputs import versions_from_rows as versions_from_rows
+from cronkeeper.instants import iso as iso
+from cronkeeper.instants import iso_second as iso_second
+from cronkeeper.instants import iso_unix as iso_unix
+from cronkeeper.instants import unix as unix
 from cronkeeper.planning import Reason, listed_test
-from cronkeeper.schedule.model import ScheduleSpec, read_stored_version
-from cronkeeper.timing import TimingError, Trigger, parse_duration, parse_instant
+from cronkeeper.schedule.model import ScheduleSpec
+from cronkeeper.timing import Trigger
 
 DEFAULT_RETENTION_DAYS = 400.0
 _TINY = timedelta(microseconds=1)
@@ -42,16 +54,6 @@ class Status(StrEnum):
     SKIPPED = "skipped"
     PENDING = "pending"
     MISSING = "missing"
-
-
-@dataclass(frozen=True, slots=True)
-class Version:
-    """One row of ``schedule_versions``: ``spec`` None means removed at ``active_from``."""
-
-    schedule: str
-    version_id: int
-    spec: ScheduleSpec | None
-    active_from: datetime
 
 
 def specs_in_force(versions: Mapping[str, Sequence[Version]]) -> dict[str, ScheduleSpec]:
@@ -296,39 +298,6 @@ def summarize(schedule: str, owner: str | None, rows: Iterable[HistoryRow]) -> S
                    counts["missing"], dead)
 
 
-def unix(when: datetime) -> int:
-    """Whole Unix seconds (floor)."""
-    return math.floor(when.timestamp())
-
-
-_DAY_PREFIX: dict[int, str] = {}
-_TIME_OF_DAY = [f"{h:02d}:{m:02d}:{s:02d}" for h in range(24) for m in range(60) for s in range(60)]
-
-
-def iso_second(at: int) -> str:
-    """ISO 8601 UTC text of whole Unix seconds: ``2026-03-08T07:00:00Z`` (lookup tables: half
-    a million of these must take well under a second)."""
-    day, second = divmod(at, 86400)
-    prefix = _DAY_PREFIX.get(day)
-    if prefix is None:
-        prefix = (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(days=day)).strftime("%Y-%m-%dT")
-        _DAY_PREFIX[day] = prefix
-    return f"{prefix}{_TIME_OF_DAY[second]}Z"
-
-
-def iso_unix(seconds: float) -> str:
-    """ISO 8601 UTC text of Unix seconds, with milliseconds when there is a fraction."""
-    whole = math.floor(seconds)
-    millis = round((seconds - whole) * 1000)
-    if millis == 0 or millis == 1000:
-        return iso_second(whole + millis // 1000)
-    return f"{iso_second(whole)[:-1]}.{millis:03d}Z"
-
-
-def iso(when: datetime) -> str:
-    return iso_unix(when.timestamp())
-
-
 def audit(
     versions: Mapping[str, Sequence[Version]],
     records: Mapping[str, Iterable[Record | tuple[Any, ...]]],
@@ -358,53 +327,3 @@ def in_window(versions: Sequence[Version], since: datetime, until: datetime) -> 
         if version.active_from < until and (end is None or end >= since):
             return True
     return False
-
-
-def period_seconds(spec: ScheduleSpec, around: datetime, trigger: Trigger | None = None) -> float | None:
-    """The length of the schedule's period around an instant (next fire - the one before)."""
-    trig = trigger or spec.trigger()
-    first = trig.next_fire(around)
-    if first is None:
-        return None
-    second = trig.next_fire(first)
-    return None if second is None else (second - first).total_seconds()
-
-
-def versions_from_rows(rows: Iterable[tuple]) -> dict[str, list[Version]]:
-    """(id, schedule, spec json or None, active_from) rows, ordered by schedule and
-    active_from, -> versions by schedule. UnreadableVersion names a row that cannot be read."""
-    out: dict[str, list[Version]] = {}
-    for version_id, schedule, spec_json, active_from in rows:
-        spec = None
-        if spec_json is not None:
-            spec, _ = read_stored_version(schedule, version_id, spec_json)
-        out.setdefault(schedule, []).append(Version(schedule, version_id, spec, active_from))
-    return out
-
-
-def records_from_rows(rows: Iterable[tuple]) -> list[tuple]:
-    """Rows shaped like ``Record`` (plain tuples will do), ascending by instant -> one per
-    instant (a period joined to two jobs keeps the first)."""
-    out: list[tuple] = []
-    append = out.append
-    last = None
-    for row in rows:
-        if row[0] != last:
-            append(row)
-            last = row[0]
-    return out
-
-
-def parse_since(value: str, now: datetime) -> datetime:
-    """``24h``, ``90m``, ``7d`` (a duration back from now) or an ISO 8601 instant with offset.
-    Raises ValueError with a message for the user."""
-    text = value.strip()
-    if text[:1].isdigit() and ("-" in text or ":" in text):
-        return parse_instant(text)
-    try:
-        return now - timedelta(seconds=parse_duration(text))
-    except TimingError as exc:
-        raise ValueError(f"{exc}; or give an ISO 8601 instant such as 2026-03-08T07:00:00Z") from None
-    except OverflowError:
-        raise ValueError(f"--since {text!r} reaches back before year 1") from None
-

@@ -5,7 +5,7 @@ in the last hour.
 While a leader leads, the run-time figures, the missing counts and (on a first scrape) the next
 fires come from its summary (``db.schedule_summaries``, written by ``cronkeeper.summarizer``:
 the audit ``status`` and the ``missing`` notification use), for every schedule whose row is at
-most ``summarizer.STALE_AFTER`` old and of the version in force. The other schedules are
+most ``summary.STALE_AFTER`` old and of the version in force. The other schedules are
 computed here as before: the run-time statement at most every ``RUNTIMES_EVERY`` seconds, and
 the audit of the last hour in a thread of its own at most every ``AUDIT_EVERY`` seconds, never
 inside a scrape (it also logs each newly missing period, as the summarizer does).
@@ -24,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cronkeeper import clock
+from cronkeeper.summary import next_fire_after
 
 log = logging.getLogger("cronkeeper.metrics")
 
@@ -88,8 +89,8 @@ class ScheduleFamilies(Collector):
             row = rows.get(name)
             if cached is not None and cached[0] == after and cached[1] == version_id:
                 upcoming = cached[2]  # nothing decided since the last scrape: same next fire
-            elif row is not None and row.decided_through == after:
-                upcoming = row.next_fire  # the leader's summary computed it after that period
+            elif row is not None and next_fire_after(row, after)[0]:
+                upcoming = next_fire_after(row, after)[1]  # as the leader's summary lists it
                 known[name] = (after, version_id, upcoming)
             else:
                 upcoming = trigger.next_fire(after)
@@ -106,13 +107,11 @@ class ScheduleFamilies(Collector):
         from cronkeeper.db.leadership import leadership_current
         from cronkeeper.db.schedule_summaries import summaries_read
         from cronkeeper.operations.leadership import leads
-        from cronkeeper.summarizer import STALE_AFTER
+        from cronkeeper.summary import usable
 
         if not leads(leadership_current(conn, self.cluster)):
             return {}
-        return {n: r for n, r in summaries_read(conn).items()
-                if n in current and r.version_id == current[n].version_id
-                and r.age_seconds <= STALE_AFTER}
+        return usable(summaries_read(conn), {n: c.version_id for n, c in current.items()})
 
     def _runtime_families(self, conn: Any, current: dict[str, _Current],
                           rows: dict[str, Any]) -> list:

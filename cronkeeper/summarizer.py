@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Iterable, Mapping
-from datetime import datetime, timedelta
-from itertools import groupby
+from datetime import datetime
+from itertools import groupby, islice
 from typing import Any
 
 from cronkeeper import clock
@@ -53,20 +53,12 @@ from cronkeeper.db.sessions import session_jit_off
 from cronkeeper.notify.missing import MissingWatch
 from cronkeeper.runtimes import SAMPLE
 from cronkeeper.schedule.model import read_stored_version
+from cronkeeper.summary import AUDIT_WINDOW, EVERY, FIRES_AHEAD, FIRES_MAX, next_after
 
 log = logging.getLogger("cronkeeper.summarizer")
 
-EVERY = 30.0  # seconds from the start of one pass to the next
 CHUNK = 250  # schedules summarized in one step (one transaction)
-STALE_AFTER = 180.0  # readers compute a schedule live when its row is older than this
-AUDIT_WINDOW = timedelta(hours=1)  # the missing count status and the metrics show
 LOGGED_KEEP = 100_000  # newly missing periods remembered (logged once), then forgotten
-
-
-def next_after(active_from: datetime, latest: datetime | None) -> datetime:
-    """The instant a schedule's next undecided fire follows: its latest decided period, or
-    the start of its version in force when that is later (or nothing was decided)."""
-    return active_from if latest is None else max(active_from, latest)
 
 
 def missing_in(rows: Iterable[HistoryRow], since: datetime) -> int:
@@ -161,16 +153,26 @@ class Summarizer:
             if state is None or state.version_id != head.version_id:
                 state = None
             trigger = state.trigger if state is not None else spec.trigger()
-            if state is not None and state.after == after:
-                upcoming = state.next_fire
-            else:
-                upcoming = trigger.next_fire(after)
+            upcoming = self._fires(trigger, state, after, now)
             period_from, period = self._period(name, head.version_id, trigger, state, now)
             n, p50, p99, timed_out = figures.get(name, (0, None, None, 0))
             out.append(SummaryRow(name, head.version_id, spec.owner, spec.timeout, spec.grace,
                                   after, upcoming, period_from, period, missing, n, p50, p99,
                                   timed_out, term, now))
         return out, found, newly
+
+    @staticmethod
+    def _fires(trigger: Any, state: Any, after: datetime, now: datetime) -> list[datetime]:
+        """Every fire after ``after`` up to ``FIRES_AHEAD`` past ``now`` (at most
+        ``FIRES_MAX``), at least the first: readers find the next undecided fire in it after
+        later periods are decided (``summary.next_fire_after``)."""
+        if state is not None and state.after == after and state.next_fire is not None:
+            first = state.next_fire  # the leader's own: no calendar work for the first
+        else:
+            first = trigger.next_fire(after)
+        if first is None:
+            return []
+        return [first, *islice(trigger.fires(first, now + FIRES_AHEAD), FIRES_MAX - 1)]
 
     def _period(self, name: str, version_id: int, trigger: Any, state: Any, now: datetime
                 ) -> tuple[datetime | None, float | None]:

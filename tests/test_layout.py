@@ -14,7 +14,7 @@ PURE = ["schedule", "timing", "planning.py", "audit.py", "period_states.py", "ba
         "importing/celery_crontab.py",
         "importing/compare.py", "web/strip.py", "web/svg.py", "runtimes.py", "states.py",
         "endings.py", "output.py", "notify/config.py", "notify/model.py", "notify/messages.py",
-        "configfile.py", "audit_inputs.py", "instants.py"]
+        "configfile.py", "audit_inputs.py", "instants.py", "summary.py"]
 FORBIDDEN_IN_PURE = (
     "cronkeeper.db", "cronkeeper.cli", "cronkeeper.worker", "cronkeeper.election",
     "cronkeeper.scheduler", "cronkeeper.metrics", "sqlalchemy", "psycopg", "prometheus_client",

@@ -3,7 +3,8 @@ leader's summarizer (``cronkeeper/summarizer.py``) keeps for ``status``, the web
 metrics: its next undecided fire, the periods missing in the hour before ``computed_at``, and
 the run-time figures of its last 100 finished attempts, each row under the version (and term)
 it was computed with. Written a batch per transaction by the leader, on its lock session;
-read whole by the readers, which judge each row's freshness themselves."""
+read whole by the readers, which judge each row's freshness themselves
+(``cronkeeper.summary``)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ class SummaryRow(NamedTuple):
     timeout_seconds: float
     grace_seconds: float
     decided_through: datetime  # the instant the next fire was computed after
-    next_fire: datetime | None
+    # every fire after decided_through up to the last one listed (at least one, unless the
+    # schedule fires no more): the next undecided fire after any later decided period too
+    next_fires: list[datetime]
     period_from: datetime | None  # the first fire after computed_at (None: it fires no more)
     period_seconds: float | None  # from period_from to the fire after it (None: no such fire)
     missing_last_hour: int | None  # None: no version in force during that hour
@@ -42,16 +45,19 @@ class SummaryRow(NamedTuple):
 
 _COLUMNS = SummaryRow._fields[:-1]
 
+# (next_fires travel as array literals: unnest would flatten an array of arrays)
 _WRITE = f"""
 INSERT INTO schedule_summaries ({", ".join(_COLUMNS)})
-SELECT * FROM unnest(%(schedule)s::text[], %(version_id)s::bigint[], %(owner)s::text[],
+SELECT s, v, o, t, g, d, f::timestamptz[], pf, ps, m, n, p50, p99, x, term, c
+FROM unnest(%(schedule)s::text[], %(version_id)s::bigint[], %(owner)s::text[],
                      %(timeout_seconds)s::float8[], %(grace_seconds)s::float8[],
-                     %(decided_through)s::timestamptz[], %(next_fire)s::timestamptz[],
+                     %(decided_through)s::timestamptz[], %(next_fires)s::text[],
                      %(period_from)s::timestamptz[], %(period_seconds)s::float8[],
                      %(missing_last_hour)s::int[], %(duration_attempts)s::int[],
                      %(duration_p50_seconds)s::float8[], %(duration_p99_seconds)s::float8[],
                      %(attempts_timed_out_24h)s::int[], %(term)s::bigint[],
                      %(computed_at)s::timestamptz[])
+     AS r(s, v, o, t, g, d, f, pf, ps, m, n, p50, p99, x, term, c)
 ON CONFLICT (schedule) DO UPDATE SET
 {", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[1:])}
 """
@@ -61,7 +67,10 @@ def summaries_write(conn: psycopg.Connection | sa.Connection, rows: Sequence[Sum
     """Insert or replace the rows of a batch of schedules, in one statement."""
     if not rows:
         return
-    driver(conn).execute(_WRITE, {c: [getattr(r, c) for r in rows] for c in _COLUMNS})
+    params: dict[str, list] = {c: [getattr(r, c) for r in rows] for c in _COLUMNS}
+    params["next_fires"] = ["{" + ",".join(f.isoformat() for f in r.next_fires) + "}"
+                            for r in rows]
+    driver(conn).execute(_WRITE, params)
 
 
 def summaries_forget(conn: psycopg.Connection | sa.Connection, keep: Sequence[str]) -> int:

@@ -174,7 +174,7 @@ schedule_summaries = sa.Table(
     sa.Column("timeout_seconds", sa.Double, nullable=False),
     sa.Column("grace_seconds", sa.Double, nullable=False),
     sa.Column("decided_through", TS, nullable=False),
-    sa.Column("next_fire", TS),
+    sa.Column("next_fires", sa.ARRAY(TS), nullable=False),
     sa.Column("period_from", TS),
     sa.Column("period_seconds", sa.Double),
     sa.Column("missing_last_hour", sa.Integer),

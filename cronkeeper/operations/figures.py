@@ -32,7 +32,7 @@ from cronkeeper.db.periods import periods_windows
 from cronkeeper.db.schedule_summaries import SummaryRow, summaries_read
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.runtimes import Runtime, runtime_of
-from cronkeeper.summarizer import AUDIT_WINDOW, STALE_AFTER, next_after
+from cronkeeper.summary import AUDIT_WINDOW, STALE_AFTER, next_after, next_fire_after, usable
 
 AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
@@ -80,13 +80,6 @@ def heads_in_force(heads: Iterable[tuple[int, str, bool, datetime]]
     return {name: (vid, active_from) for vid, name, removed, active_from in heads if not removed}
 
 
-def usable(rows: dict[str, SummaryRow], current: dict[str, tuple[int, datetime]]
-           ) -> dict[str, SummaryRow]:
-    """The summary rows status may use (the leader's liveness is the caller's to judge)."""
-    return {n: r for n, r in rows.items()
-            if n in current and r.version_id == current[n][0] and r.age_seconds <= STALE_AFTER}
-
-
 def parsed(rows: list) -> tuple[dict[str, list[Version]], list[str]]:
     """Version rows ordered by schedule -> versions by schedule; a schedule with a row that
     cannot be read is left out, the reason listed (that schedule only)."""
@@ -108,7 +101,9 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     summary may be used (a leader leads); ``read_runtimes(names)`` reads run-time figures (on
     a connection of its own: the heaviest statement runs while this one reads the rest)."""
     current = heads_in_force(heads)
-    rows = usable(summaries_read(conn), current) if summaries else {}
+    rows: dict[str, SummaryRow] = {}
+    if summaries:
+        rows = usable(summaries_read(conn), {n: v for n, (v, _) in current.items()})
     live = sorted(current.keys() - rows.keys())
     reading = read_runtimes(live) if live else None
     since = now - AUDIT_WINDOW
@@ -127,7 +122,7 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     # summary rows whose next fire moved on since (a period decided after it was computed)
     latest = read_latest()
     refire = [n for n, r in rows.items()
-              if next_after(current[n][1], _at(latest.get(n))) != r.decided_through]
+              if not next_fire_after(r, next_after(current[n][1], _at(latest.get(n))))[0]]
     heads_of = {name: vs[-1] for name, vs in versions.items()}
     if refire:
         more, problems = parsed(versions_all(conn, refire))
@@ -141,8 +136,9 @@ def gather_figures(conn: Any, now: datetime, heads: list,
         if row is not None:
             if row.missing_last_hour:
                 out.missing[name] = row.missing_last_hour
-            if row.decided_through == after:
-                upcoming = row.next_fire
+            known, upcoming = next_fire_after(row, after)
+            if known:
+                pass
             elif head is not None and head.spec is not None:
                 upcoming = head.spec.trigger().next_fire(after)
             else:

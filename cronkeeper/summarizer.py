@@ -47,7 +47,7 @@ from cronkeeper.db.attempts import attempts_runtimes
 from cronkeeper.db.notification_subjects import subjects_missing_through
 from cronkeeper.db.notifications import Skipped, notifications_note_missing
 from cronkeeper.db.periods import periods_latest, periods_windows
-from cronkeeper.db.schedule_summaries import SummaryRow, summaries_forget, summaries_write
+from cronkeeper.db.schedule_summaries import SummaryRow, summaries_write
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.db.sessions import session_jit_off
 from cronkeeper.notify.missing import MissingWatch
@@ -74,7 +74,6 @@ class Summarizer:
     def __init__(self, *, notify: bool = False) -> None:
         self.watch = MissingWatch() if notify else None
         self._queue: list[str] = []
-        self._pass: list[str] = []  # the names of the pass under way
         self._next = 0.0
         self._parsed: dict[int, Version] = {}  # version id -> parsed (versions never change)
         self._logged: set[tuple[str, str]] = set()
@@ -91,7 +90,7 @@ class Summarizer:
             if clock.monotonic() < self._next:
                 return False
             self._next = clock.monotonic() + EVERY
-            self._queue = self._pass = sorted(names)
+            self._queue = sorted(names)
         batch, self._queue = self._queue[:CHUNK], self._queue[CHUNK:]
         found: list[Skipped] = []
         newly: list[tuple[str, str | None, str]] = []
@@ -102,8 +101,6 @@ class Summarizer:
             summaries_write(term.conn, rows)
             if found:
                 notifications_note_missing(term.conn, found)
-            if not self._queue:
-                summaries_forget(term.conn, self._pass)
         term.progress()
         if not self._queue:
             self.passes += 1

@@ -2,7 +2,9 @@
 leader's summarizer (``cronkeeper/summarizer.py``) keeps for ``status``, the web and the
 metrics: its next undecided fire, the periods missing in the hour before ``computed_at``, and
 the run-time figures of its last 100 finished attempts, each row under the version (and term)
-it was computed with. Written a batch per transaction by the leader, on its lock session;
+it was computed with. Written a batch per transaction by the leader, on its lock session (no
+DELETE: the scheduler's role has none; a removed schedule's row stays, never read again, since
+its version is no longer in force);
 read whole by the readers, which judge each row's freshness themselves
 (``cronkeeper.summary``)."""
 
@@ -71,14 +73,6 @@ def summaries_write(conn: psycopg.Connection | sa.Connection, rows: Sequence[Sum
     params["next_fires"] = ["{" + ",".join(f.isoformat() for f in r.next_fires) + "}"
                             for r in rows]
     driver(conn).execute(_WRITE, params)
-
-
-def summaries_forget(conn: psycopg.Connection | sa.Connection, keep: Sequence[str]) -> int:
-    """Delete the rows of schedules not in ``keep`` (removed since): the end of a pass."""
-    cur = driver(conn).execute(
-        "DELETE FROM schedule_summaries WHERE schedule <> ALL(%(keep)s::text[])",
-        {"keep": list(keep)})
-    return cur.rowcount
 
 
 def summaries_read(conn: psycopg.Connection | sa.Connection,

@@ -77,8 +77,6 @@ class Summarizer:
         self._next = 0.0
         self._parsed: dict[int, Version] = {}  # version id -> parsed (versions never change)
         self._logged: set[tuple[str, str]] = set()
-        # schedule -> (version id, first fire after the pass that computed it, period seconds)
-        self._periods: dict[str, tuple[int, datetime | None, float | None]] = {}
         self.passes = 0  # passes completed (tests wait on it)
 
     def step(self, term: Any, names: Collection[str], states: Mapping[str, Any] | None = None
@@ -151,44 +149,28 @@ class Summarizer:
                 state = None
             trigger = state.trigger if state is not None else spec.trigger()
             upcoming = self._fires(trigger, state, after, now)
-            period_from, period = self._period(name, head.version_id, trigger, state, now)
             n, p50, p99, timed_out = figures.get(name, (0, None, None, 0))
             out.append(SummaryRow(name, head.version_id, spec.owner, spec.timeout, spec.grace,
-                                  after, upcoming, period_from, period, missing, n, p50, p99,
+                                  after, upcoming, missing, n, p50, p99,
                                   timed_out, term, now))
         return out, found, newly
 
     @staticmethod
     def _fires(trigger: Any, state: Any, after: datetime, now: datetime) -> list[datetime]:
         """Every fire after ``after`` up to ``FIRES_AHEAD`` past ``now`` (at most
-        ``FIRES_MAX``), at least the first: readers find the next undecided fire in it after
-        later periods are decided (``summary.next_fire_after``)."""
+        ``FIRES_MAX``), at least two: readers find in it the next undecided fire after later
+        periods are decided (``summary.next_fire_after``) and the period around their now
+        (``summary.period_around``)."""
         if state is not None and state.after == after and state.next_fire is not None:
             first = state.next_fire  # the leader's own: no calendar work for the first
         else:
             first = trigger.next_fire(after)
         if first is None:
             return []
-        return [first, *islice(trigger.fires(first, now + FIRES_AHEAD), FIRES_MAX - 1)]
-
-    def _period(self, name: str, version_id: int, trigger: Any, state: Any, now: datetime
-                ) -> tuple[datetime | None, float | None]:
-        """The schedule's first fire after ``now`` and the length of the period it begins
-        (``audit.period_seconds`` at ``now``), computed again only once that fire has passed:
-        until then both are the same at any instant."""
-        known = self._periods.get(name)
-        if known is not None and known[0] == version_id and known[1] is not None \
-                and now < known[1]:
-            return known[1], known[2]
-        if state is not None and state.next_fire is not None and state.after <= now \
-                < state.next_fire:
-            first = state.next_fire  # the leader's own: no calendar work
-        else:
-            first = trigger.next_fire(now)
-        second = None if first is None else trigger.next_fire(first)
-        seconds = None if second is None or first is None else (second - first).total_seconds()
-        self._periods[name] = (version_id, first, seconds)
-        return first, seconds
+        fires = [first, *islice(trigger.fires(first, now + FIRES_AHEAD), FIRES_MAX - 1)]
+        if len(fires) == 1 and (second := trigger.next_fire(first)) is not None:
+            fires.append(second)
+        return fires
 
     def _versions(self, conn: Any, batch: list[str], states: Mapping[str, Any]
                   ) -> dict[str, list[Version]]:

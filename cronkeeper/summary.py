@@ -3,8 +3,9 @@
 
 A row is used only while a leader leads, when it is at most ``STALE_AFTER`` seconds old and was
 computed under the version still in force (``usable``); its next fire only through
-``next_fire_after``, which is exact: the row lists every fire after the decided period it was
-computed after, up to its last one.
+``next_fire_after`` and its period around an instant only through ``period_around``, both
+exact: the row lists every fire after the decided period it was computed after, up to its last
+one.
 """
 
 from __future__ import annotations
@@ -45,3 +46,18 @@ def next_fire_after(row: Any, after: datetime) -> tuple[bool, datetime | None]:
     if after >= fires[-1]:
         return False, None
     return True, next(f for f in fires if f > after)
+
+
+def period_around(row: Any, now: datetime) -> tuple[bool, float | None]:
+    """The length of the schedule's period around ``now`` (``audit.period_seconds``: its first
+    fire after ``now`` to the fire after that) as the row's list implies it: (True, seconds), or
+    (False, None) when the list does not reach that far."""
+    fires = row.next_fires
+    if now < row.decided_through:
+        return False, None
+    for i, fire in enumerate(fires):
+        if fire > now:
+            if i + 1 < len(fires):
+                return True, (fires[i + 1] - fire).total_seconds()
+            break
+    return False, None

@@ -7,9 +7,9 @@
 -- (cronkeeper/summarizer.py) a batch of schedules per committed transaction, fenced by its term,
 -- a pass every minute or so: the version the row was computed under (with the owner, timeout and
 -- grace of that version), its next undecided fires (every fire after the decided period it
--- follows, up to a few minutes past computed_at, at least one unless it fires no more), the length
--- of its period from its first fire after computed_at (period_from), the audit's periods missing
--- in the hour before computed_at, and the run-time figures of its last 100 finished attempts. `status`, the web and the metrics read a row only while a leader leads, the
+-- follows, up to a few minutes past computed_at, at least two unless it fires no more), the
+-- audit's periods missing in the hour before computed_at, and the run-time figures of its last
+-- 100 finished attempts. `status`, the web and the metrics read a row only while a leader leads, the
 -- row is younger than their bound and its version is still in force; otherwise they compute that
 -- schedule's figures themselves, as before.
 CREATE TABLE schedule_summaries (
@@ -20,8 +20,6 @@ CREATE TABLE schedule_summaries (
     grace_seconds          double precision NOT NULL,
     decided_through        timestamptz NOT NULL,
     next_fires             timestamptz[] NOT NULL,
-    period_from            timestamptz,
-    period_seconds         double precision,
     missing_last_hour      integer,
     duration_attempts      integer NOT NULL,
     duration_p50_seconds   double precision,

@@ -6,6 +6,7 @@ missing period shows in status and is told exactly once; each step feeds the wat
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import psycopg
@@ -102,6 +103,10 @@ def seeded(engine, cluster):
             period(conn, "slow", at, slow, seconds=500 + h)
             period(conn, "flaky", at + timedelta(minutes=7), flaky, seconds=60 if h == 4 else 3,
                    outcome="timeout" if h == 4 else "succeeded", timeout=60)
+        conn.execute(sa.text(  # a job of 'gappy' ready for ten minutes: the queue is behind
+            "INSERT INTO outbox (idempotency_key, schedule, task, state, run_after, owner) "
+            "VALUES ('gappy-late', 'gappy', 't.x', 'available', now() - interval '10 minutes', "
+            "'team-a')"))
         version(conn, spec("leap", cron="30 4 29 2 *", zone="Europe/Berlin"),
                 now - timedelta(days=3))
         gone = version(conn, spec("gone", every=600), now - timedelta(days=2))
@@ -126,8 +131,12 @@ def summarize(database_url, schema, names, *, notify=False, passes=1):
 
 def comparable(doc):
     """The document without what differs between two reads of the same data (the time, the
-    leader's heartbeat age) and the figures' source."""
-    return {k: v for k, v in doc.items() if k not in ("now", "figures", "last_leader")}
+    leader's heartbeat age, how long the ready job has waited) and the figures' source."""
+    out = {k: v for k, v in doc.items() if k not in ("now", "figures", "last_leader")}
+    out["queue"] = {**doc["queue"], "oldest_available": [
+        {**o, "age_seconds": None} for o in doc["queue"]["oldest_available"]]}
+    out["diagnosis"] = [re.sub(r"waited \d+s", "waited Ns", d) for d in doc["diagnosis"]]
+    return out
 
 
 def test_status_from_the_summary_agrees_with_the_live_computation(
@@ -148,6 +157,9 @@ def test_status_from_the_summary_agrees_with_the_live_computation(
     assert by["slow"]["near_timeout"] and not by["gappy"]["near_timeout"]
     assert by["leap"]["next_fire"].endswith("-02-29T03:30:00Z")
     assert sum(d.startswith("periods missing: 5 period(s) of gappy") for d in summary["diagnosis"]) == 1
+    # the period around now, from the row's list of fires: the queue is behind by ten of them
+    assert any(d.startswith("queue behind: the oldest ready job of gappy") and "(60s)" in d
+               for d in summary["diagnosis"])
 
 
 def test_status_reads_the_summary_while_a_leader_leads_and_not_without_one(
@@ -248,7 +260,7 @@ def test_each_step_is_one_transaction_that_feeds_the_watchdog(
         # a removed schedule's row (written before it went) stays, and is never read
         conn.execute(sa.text(
             "INSERT INTO schedule_summaries SELECT 'gone', version_id, owner, timeout_seconds, "
-            "grace_seconds, decided_through, next_fires, period_from, period_seconds, "
+            "grace_seconds, decided_through, next_fires, "
             "missing_last_hour, duration_attempts, duration_p50_seconds, duration_p99_seconds, "
             "attempts_timed_out_24h, term, computed_at FROM schedule_summaries "
             "WHERE schedule = 'slow'"))

@@ -33,8 +33,6 @@ class SummaryRow(NamedTuple):
     # every fire after decided_through up to the last one listed (at least one, unless the
     # schedule fires no more): the next undecided fire after any later decided period too
     next_fires: list[datetime]
-    period_from: datetime | None  # the first fire after computed_at (None: it fires no more)
-    period_seconds: float | None  # from period_from to the fire after it (None: no such fire)
     missing_last_hour: int | None  # None: no version in force during that hour
     duration_attempts: int
     duration_p50_seconds: float | None
@@ -50,16 +48,15 @@ _COLUMNS = SummaryRow._fields[:-1]
 # (next_fires travel as array literals: unnest would flatten an array of arrays)
 _WRITE = f"""
 INSERT INTO schedule_summaries ({", ".join(_COLUMNS)})
-SELECT s, v, o, t, g, d, f::timestamptz[], pf, ps, m, n, p50, p99, x, term, c
+SELECT s, v, o, t, g, d, f::timestamptz[], m, n, p50, p99, x, term, c
 FROM unnest(%(schedule)s::text[], %(version_id)s::bigint[], %(owner)s::text[],
                      %(timeout_seconds)s::float8[], %(grace_seconds)s::float8[],
                      %(decided_through)s::timestamptz[], %(next_fires)s::text[],
-                     %(period_from)s::timestamptz[], %(period_seconds)s::float8[],
                      %(missing_last_hour)s::int[], %(duration_attempts)s::int[],
                      %(duration_p50_seconds)s::float8[], %(duration_p99_seconds)s::float8[],
                      %(attempts_timed_out_24h)s::int[], %(term)s::bigint[],
                      %(computed_at)s::timestamptz[])
-     AS r(s, v, o, t, g, d, f, pf, ps, m, n, p50, p99, x, term, c)
+     AS r(s, v, o, t, g, d, f, m, n, p50, p99, x, term, c)
 ON CONFLICT (schedule) DO UPDATE SET
 {", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[1:])}
 """

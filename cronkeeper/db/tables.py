@@ -175,8 +175,6 @@ schedule_summaries = sa.Table(
     sa.Column("grace_seconds", sa.Double, nullable=False),
     sa.Column("decided_through", TS, nullable=False),
     sa.Column("next_fires", sa.ARRAY(TS), nullable=False),
-    sa.Column("period_from", TS),
-    sa.Column("period_seconds", sa.Double),
     sa.Column("missing_last_hour", sa.Integer),
     sa.Column("duration_attempts", sa.Integer, nullable=False),
     sa.Column("duration_p50_seconds", sa.Double),

@@ -32,7 +32,14 @@ from cronkeeper.db.periods import periods_windows
 from cronkeeper.db.schedule_summaries import SummaryRow, summaries_read
 from cronkeeper.db.schedule_versions import versions_all
 from cronkeeper.runtimes import Runtime, runtime_of
-from cronkeeper.summary import AUDIT_WINDOW, STALE_AFTER, next_after, next_fire_after, usable
+from cronkeeper.summary import (
+    AUDIT_WINDOW,
+    STALE_AFTER,
+    next_after,
+    next_fire_after,
+    period_around,
+    usable,
+)
 
 AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
@@ -145,11 +152,10 @@ def gather_figures(conn: Any, now: datetime, heads: list,
                 continue  # its version cannot be read now (listed in problems)
             found = (row.duration_attempts, row.duration_p50_seconds, row.duration_p99_seconds,
                      row.attempts_timed_out_24h)
-            # the period around now is the one the row knows while no fire has passed since
-            known = row.period_from is not None and row.computed_at <= now < row.period_from
+            known, period = period_around(row, now)
             out.figures[name] = Figures(row.owner, upcoming, row.grace_seconds,
                                         runtime_of(name, row.timeout_seconds, found),
-                                        row.period_seconds if known else None, known)
+                                        period, known)
             if out.oldest is None or row.computed_at < out.oldest.computed_at:
                 out.oldest = row
         elif head is not None and head.spec is not None:

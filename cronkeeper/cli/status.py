@@ -25,6 +25,17 @@ def _skew(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds:+.1f}s"
 
 
+def _figures(source: dict[str, Any] | None) -> str:
+    """Where the schedules' missing counts and run-time figures came from, and how old."""
+    if not source or not source["summarized"]:
+        return "FIGURES  computed now"
+    text = (f"FIGURES  {source['summarized']} schedule(s) from the leader's summary, the oldest "
+            f"{source['oldest_age_seconds']:.0f}s old")
+    if source["computed_live"]:
+        text += f"; {source['computed_live']} computed now"
+    return text
+
+
 def render(doc: dict[str, Any]) -> str:
     lines = [f"cluster {safe(doc['cluster'])}  schema {doc['schema']}  database "
              f"{safe(doc['database'] or '-')}",
@@ -62,6 +73,7 @@ def render(doc: dict[str, Any]) -> str:
                      f"{seconds(s['timeout_seconds']):>7} {s['attempts_timed_out_24h']:>6}")
     if not doc["schedules"]:
         lines.append("  (no schedule in force: a leader adopts the schedule files)")
+    lines.append(_figures(doc.get("figures")))
     depth = doc["queue"]["depth"]
     lines += ["", "QUEUE  " + "  ".join(f"{k} {v}" for k, v in depth.items())]
     for r in doc.get("relay_routes", []):

@@ -30,7 +30,7 @@ import logging
 import math
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
-from itertools import groupby, islice
+from itertools import groupby
 from typing import Any
 
 from cronkeeper import clock
@@ -77,6 +77,8 @@ class Summarizer:
         self._next = 0.0
         self._parsed: dict[int, Version] = {}  # version id -> parsed (versions never change)
         self._logged: set[tuple[str, str]] = set()
+        # schedule -> (version id, the decided period its list follows, its next fires)
+        self._lists: dict[str, tuple[int, datetime, list[datetime]]] = {}
         self.passes = 0  # passes completed (tests wait on it)
 
     def step(self, term: Any, names: Collection[str], states: Mapping[str, Any] | None = None
@@ -148,29 +150,39 @@ class Summarizer:
             if state is None or state.version_id != head.version_id:
                 state = None
             trigger = state.trigger if state is not None else spec.trigger()
-            upcoming = self._fires(trigger, state, after, now)
+            upcoming = self._fires(name, head.version_id, trigger, state, after, now)
             n, p50, p99, timed_out = figures.get(name, (0, None, None, 0))
             out.append(SummaryRow(name, head.version_id, spec.owner, spec.timeout, spec.grace,
                                   after, upcoming, missing, n, p50, p99,
                                   timed_out, term, now))
         return out, found, newly
 
-    @staticmethod
-    def _fires(trigger: Any, state: Any, after: datetime, now: datetime) -> list[datetime]:
-        """Every fire after ``after`` up to ``FIRES_AHEAD`` past ``now`` (at most
-        ``FIRES_MAX``), at least two: readers find in it the next undecided fire after later
-        periods are decided (``summary.next_fire_after``) and the period around their now
-        (``summary.period_around``)."""
-        if state is not None and state.after == after and state.next_fire is not None:
-            first = state.next_fire  # the leader's own: no calendar work for the first
+    def _fires(self, name: str, version_id: int, trigger: Any, state: Any, after: datetime,
+               now: datetime) -> list[datetime]:
+        """Every fire after ``after`` (the schedule's latest decided period) up to
+        ``FIRES_AHEAD`` past ``now``, and the two after that (at most ``FIRES_MAX`` in all):
+        readers find in it the next undecided fire after periods decided since
+        (``summary.next_fire_after``) and the period around their now
+        (``summary.period_around``) for as long as they use the row. The previous pass's list
+        is kept and extended (it is complete from its own ``after``, which is not later), so a
+        pass does calendar work only for the fires that came due since."""
+        known = self._lists.get(name)
+        if known is not None and known[0] == version_id and known[1] <= after:
+            fires = [f for f in known[2] if f > after]
         else:
-            first = trigger.next_fire(after)
-        if first is None:
-            return []
-        fires = [first, *islice(trigger.fires(first, now + FIRES_AHEAD), FIRES_MAX - 1)]
-        if len(fires) == 1 and (second := trigger.next_fire(first)) is not None:
-            fires.append(second)
-        return fires
+            if state is not None and state.after == after and state.next_fire is not None:
+                first = state.next_fire  # the leader's own: no calendar work for the first
+            else:
+                first = trigger.next_fire(after)
+            fires = [] if first is None else [first]
+        horizon = now + FIRES_AHEAD
+        while fires and len(fires) < FIRES_MAX and sum(f > horizon for f in fires[-2:]) < 2:
+            following = trigger.next_fire(fires[-1])
+            if following is None:
+                break
+            fires.append(following)
+        self._lists[name] = (version_id, after, fires)
+        return list(fires)
 
     def _versions(self, conn: Any, batch: list[str], states: Mapping[str, Any]
                   ) -> dict[str, list[Version]]:

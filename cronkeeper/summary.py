@@ -17,8 +17,10 @@ from typing import Any
 EVERY = 30.0  # seconds from the start of one pass of the summarizer to the next
 STALE_AFTER = 180.0  # readers compute a schedule live when its row is older than this
 AUDIT_WINDOW = timedelta(hours=1)  # the missing count status and the metrics show
-FIRES_AHEAD = timedelta(seconds=STALE_AFTER + 2 * EVERY)  # next fires a row lists, past its time
-FIRES_MAX = 64  # at most this many (an every-second schedule's list stops early)
+# a row lists every next fire up to this past its time, and the two after (so the period
+# around any instant a reader may use it at is in the list too), at most FIRES_MAX of them
+FIRES_AHEAD = timedelta(seconds=STALE_AFTER + 2 * EVERY)
+FIRES_MAX = 64  # an every-second schedule's list stops early: its readers compute the rest
 
 
 def next_after(active_from: datetime, latest: datetime | None) -> datetime:

@@ -44,13 +44,12 @@ class _Current(NamedTuple):
     timeout: float
 
 
-class ScheduleFamilies(Collector):
-    """The per-schedule families, for a collector that reads the database on each scrape."""
+class MissingFamily(Collector):
+    """The periods missing in the last hour of the schedules the leader's summary does not
+    cover: the audit, in a thread of its own (``_audit``), and its family."""
 
-    def __init__(self, engine: Any, cluster: str, *, audit: bool = True) -> None:
+    def __init__(self, engine: Any) -> None:
         self.engine = engine
-        self.cluster = cluster
-        self.audit = audit
         self._lock = threading.Lock()
         self._audit_at = -1e18
         self._auditing = False
@@ -58,10 +57,119 @@ class ScheduleFamilies(Collector):
         self.audited = threading.Event()  # set once an audit has finished: counts are known
         self._missing: dict[tuple[str, str], int] = {}
         self._logged: set[tuple[str, str]] = set()
+        self._warned: set[str] = set()
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("metrics: %s", message, extra={"action": "metrics_version_unreadable"})
+
+    def _missing_family(self, current: dict[str, _Current], rows: dict[str, Any]
+                        ) -> GaugeMetricFamily:
+        """The missing counts: the leader's summary's, and for the schedules it does not
+        cover the last audit's. That audit runs in a thread of its own, at most every
+        AUDIT_EVERY seconds after the previous one ended, never inside a scrape: at 10,000
+        schedules it takes longer than Prometheus waits for a scrape. Until it has finished
+        those schedules' counts are absent (unknown), never a reassuring 0."""
+        rest = sorted(current.keys() - rows.keys())
+        with self._lock:
+            if rest and not self._auditing and clock.monotonic() - self._audit_at >= AUDIT_EVERY:
+                self._auditing, self._audit_names = True, rest
+                threading.Thread(target=self._audit, daemon=True, name="metrics-audit").start()
+            found, audited = dict(self._missing), self.audited.is_set()
+        family = GaugeMetricFamily("cronkeeper_periods_missing", "Periods of the last hour due "
+                                   "beyond grace with no recorded outcome (the history audit).",
+                                   labels=["schedule", "owner"])
+        counts: dict[tuple[str, str], int] = {}
+        for name in rest:  # in force, not in the audited window: 0
+            owner = current[name].owner
+            if (name, owner) in found or audited:
+                counts[(name, owner)] = found.get((name, owner), 0)
+        for name, row in rows.items():
+            counts[(name, current[name].owner)] = row.missing_last_hour or 0
+        for key, n in found.items():  # audited, since removed
+            if key[0] not in current:
+                counts[key] = n
+        for (name, owner), n in sorted(counts.items()):
+            family.add_metric([name, owner], n)
+        return family
+
+    def _audit(self) -> None:
+        """Audit the last hour of the schedules the summary does not cover (``history``'s
+        rules), AUDIT_CHUNK schedules at a time (their versions parsed, their periods read in
+        one statement, then let go), and log each newly missing period at warning."""
+        from itertools import groupby
+
+        from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
+        from cronkeeper.audit import versions_from_rows as parse
+        from cronkeeper.db.periods import periods_windows
+        from cronkeeper.db.schedule_versions import versions_all, versions_in_force
+        from cronkeeper.db.sessions import session_utc
+
+        missing: dict[tuple[str, str], int] = {}
+        try:
+            with self.engine.connect() as conn:
+                now = session_utc(conn)
+                since = now - AUDIT_WINDOW
+                names = self._audit_names
+                if names is None:
+                    names = [row.schedule for row in versions_in_force(conn)]
+                for i in range(0, len(names), AUDIT_CHUNK):
+                    versions = {}
+                    for name, group in groupby(versions_all(conn, names[i:i + AUDIT_CHUNK]),
+                                               key=lambda row: row[1]):
+                        try:
+                            vs = parse(group)[name]
+                        except ValueError as exc:  # that schedule only, warned once
+                            self._warn_once(str(exc))
+                            continue
+                        if in_window(vs, since, now):
+                            versions[name] = vs
+                    rows_of = periods_windows(conn, [(n, since) for n in versions], now)
+                    for name, vs in versions.items():
+                        rows, summary = audit_schedule(
+                            name, vs, records_from_rows(rows_of[name]), since=since, until=now,
+                            now=now)  # fmt: skip
+                        missing[(name, summary.owner or "")] = summary.missing
+                        if summary.missing:
+                            self._log_missing(name, summary.owner, rows, Status.MISSING)
+                conn.rollback()
+        except Exception as exc:  # noqa: BLE001 - the next attempt comes AUDIT_EVERY later
+            log.warning("metrics: audit of the last hour failed: %s: %s", type(exc).__name__, exc,
+                        extra={"action": "metrics_audit_failed"})
+            with self._lock:
+                self._auditing, self._audit_at = False, clock.monotonic()
+            return
+        with self._lock:
+            self._missing = missing
+            self._auditing, self._audit_at = False, clock.monotonic()
+            if len(self._logged) > 100_000:
+                self._logged.clear()
+        self.audited.set()
+
+    def _log_missing(self, name: str, owner: str | None, rows: list, status: Any) -> None:
+        for row in rows:
+            key = (name, row.scheduled_for)
+            if row.status == status and key not in self._logged:
+                self._logged.add(key)
+                log.warning(
+                    "period missing: %s due at %s has no recorded outcome", name,
+                    row.scheduled_for,
+                    extra={"action": "period_missing", "schedule": name,
+                           "scheduled_for": row.scheduled_for, "owner": owner},
+                )
+
+
+class ScheduleFamilies(MissingFamily):
+    """The per-schedule families, for a collector that reads the database on each scrape."""
+
+    def __init__(self, engine: Any, cluster: str, *, audit: bool = True) -> None:
+        super().__init__(engine)
+        self.cluster = cluster
+        self.audit = audit
         self._versions_stamp: tuple[int, int] | None = None
         self._current: dict[str, _Current] = {}
         self._next: dict[str, tuple[datetime, int, datetime | None]] = {}
-        self._warned: set[str] = set()
         self._runtimes: dict[str, tuple[int, float | None, float | None, int]] = {}
         self._runtimes_at = -1e18
 
@@ -174,106 +282,6 @@ class ScheduleFamilies(Collector):
             self._current, self._versions_stamp = current, stamp
             self._next = {n: v for n, v in self._next.items() if n in current}
         return current
-
-    def _warn_once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            log.warning("metrics: %s", message, extra={"action": "metrics_version_unreadable"})
-
-    def _missing_family(self, current: dict[str, _Current], rows: dict[str, Any]
-                        ) -> GaugeMetricFamily:
-        """The missing counts: the leader's summary's, and for the schedules it does not
-        cover the last audit's. That audit runs in a thread of its own, at most every
-        AUDIT_EVERY seconds after the previous one ended, never inside a scrape: at 10,000
-        schedules it takes longer than Prometheus waits for a scrape. Until it has finished
-        those schedules' counts are absent (unknown), never a reassuring 0."""
-        rest = sorted(current.keys() - rows.keys())
-        with self._lock:
-            if rest and not self._auditing and clock.monotonic() - self._audit_at >= AUDIT_EVERY:
-                self._auditing, self._audit_names = True, rest
-                threading.Thread(target=self._audit, daemon=True, name="metrics-audit").start()
-            found, audited = dict(self._missing), self.audited.is_set()
-        family = GaugeMetricFamily("cronkeeper_periods_missing", "Periods of the last hour due "
-                                   "beyond grace with no recorded outcome (the history audit).",
-                                   labels=["schedule", "owner"])
-        counts: dict[tuple[str, str], int] = {}
-        for name in rest:  # in force, not in the audited window: 0
-            owner = current[name].owner
-            if (name, owner) in found or audited:
-                counts[(name, owner)] = found.get((name, owner), 0)
-        for name, row in rows.items():
-            counts[(name, current[name].owner)] = row.missing_last_hour or 0
-        for key, n in found.items():  # audited, since removed
-            if key[0] not in current:
-                counts[key] = n
-        for (name, owner), n in sorted(counts.items()):
-            family.add_metric([name, owner], n)
-        return family
-
-    def _audit(self) -> None:
-        """Audit the last hour of the schedules the summary does not cover (``history``'s
-        rules), AUDIT_CHUNK schedules at a time (their versions parsed, their periods read in
-        one statement, then let go), and log each newly missing period at warning."""
-        from itertools import groupby
-
-        from cronkeeper.audit import Status, audit_schedule, in_window, records_from_rows
-        from cronkeeper.audit import versions_from_rows as parse
-        from cronkeeper.db.periods import periods_windows
-        from cronkeeper.db.schedule_versions import versions_all, versions_in_force
-        from cronkeeper.db.sessions import session_utc
-
-        missing: dict[tuple[str, str], int] = {}
-        try:
-            with self.engine.connect() as conn:
-                now = session_utc(conn)
-                since = now - AUDIT_WINDOW
-                names = self._audit_names
-                if names is None:
-                    names = [row.schedule for row in versions_in_force(conn)]
-                for i in range(0, len(names), AUDIT_CHUNK):
-                    versions = {}
-                    for name, group in groupby(versions_all(conn, names[i:i + AUDIT_CHUNK]),
-                                               key=lambda row: row[1]):
-                        try:
-                            vs = parse(group)[name]
-                        except ValueError as exc:  # that schedule only, warned once
-                            self._warn_once(str(exc))
-                            continue
-                        if in_window(vs, since, now):
-                            versions[name] = vs
-                    rows_of = periods_windows(conn, [(n, since) for n in versions], now)
-                    for name, vs in versions.items():
-                        rows, summary = audit_schedule(
-                            name, vs, records_from_rows(rows_of[name]), since=since, until=now,
-                            now=now)  # fmt: skip
-                        missing[(name, summary.owner or "")] = summary.missing
-                        if summary.missing:
-                            self._log_missing(name, summary.owner, rows, Status.MISSING)
-                conn.rollback()
-        except Exception as exc:  # noqa: BLE001 - the next attempt comes AUDIT_EVERY later
-            log.warning("metrics: audit of the last hour failed: %s: %s", type(exc).__name__, exc,
-                        extra={"action": "metrics_audit_failed"})
-            with self._lock:
-                self._auditing, self._audit_at = False, clock.monotonic()
-            return
-        with self._lock:
-            self._missing = missing
-            self._auditing, self._audit_at = False, clock.monotonic()
-            if len(self._logged) > 100_000:
-                self._logged.clear()
-        self.audited.set()
-
-    def _log_missing(self, name: str, owner: str | None, rows: list, status: Any) -> None:
-        for row in rows:
-            key = (name, row.scheduled_for)
-            if row.status == status and key not in self._logged:
-                self._logged.add(key)
-                log.warning(
-                    "period missing: %s due at %s has no recorded outcome", name,
-                    row.scheduled_for,
-                    extra={"action": "period_missing", "schedule": name,
-                           "scheduled_for": row.scheduled_for, "owner": owner},
-                )
 
     def describe(self) -> Iterable:
         return []  # collected lazily: never query the database at registration

@@ -269,3 +269,70 @@ def test_each_step_is_one_transaction_that_feeds_the_watchdog(
     doc = gather(engine, schema, cluster)
     assert [s["name"] for s in doc["schedules"]] == seeded
     assert doc["figures"]["summarized"] == 4
+
+
+def test_status_uses_the_summary_an_unreadable_version_costs_its_schedule_only(
+        engine, database_url, schema, cluster, seeded):
+    """A stored version status cannot read: that schedule is left out with the reason, every
+    other schedule is still shown (live and from the summary alike)."""
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('odd', 'd', '{\"every\": \"soon\"}', now() - interval '10 minutes', 1)"))
+    lead(engine, cluster)
+    summarize(database_url, schema, seeded + ["odd"])
+    for use in (True, False):
+        doc = gather(engine, schema, cluster, use_summary=use)
+        assert [s["name"] for s in doc["schedules"]] == seeded
+        assert sum("'odd'" in d and "cannot be read" in d for d in doc["diagnosis"]) == 1
+
+
+@pytest.mark.slow
+def test_a_running_leader_keeps_the_summary_status_reads(tmp_path):
+    """A real `cronkeeper run`: its summarizer covers every schedule while it ticks, without
+    a stall (its steps feed the watchdog: one term throughout), and `status` reads its figures
+    from there; stopped (its lock released), status computes them live again."""
+    from click.testing import CliRunner
+    from daemon_harness import (
+        Daemon,
+        schedule_toml,
+        set_path,
+        shared_postgres,
+        wait_for,
+        write_schedules,
+    )
+
+    from cronkeeper.cli.main import cli
+
+    pg = shared_postgres()
+    schema = pg.new_schema()
+    names = [f"s{i:03d}" for i in range(600)]
+    schedules = write_schedules(tmp_path / "s", {"s.toml": "\n".join(
+        schedule_toml(n, every=f"{30 + i % 7}s", misfire="skip") for i, n in enumerate(names))})
+    daemon = Daemon(url=pg.url, schema=schema, cluster="sum", schedules=schedules,
+                    instance_id="d1", log_dir=tmp_path, stall_timeout=5).start()
+    db = set_path(pg.connect(), schema)
+    db.autocommit = True
+
+    def status() -> dict:
+        out = CliRunner().invoke(cli, ["status", "--database-url", pg.url, "--schema", schema,
+                                       "--cluster", "sum", "--format", "json"])
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)
+
+    try:
+        wait_for(lambda: db.execute("SELECT count(*) FROM schedule_summaries").fetchone()[0]
+                 == len(names), 120, "a summary row per schedule", interval=0.5,
+                 alive=daemon.proc)
+        doc = status()
+        assert doc["figures"]["summarized"] == len(names), doc["figures"]
+        assert [s["name"] for s in doc["schedules"]] == names
+        assert all(s["next_fire"] for s in doc["schedules"])
+        terms = {r["term"] for r in daemon.records() if r.get("action") == "leader_won"}
+        assert not [r for r in daemon.records() if r.get("action") == "leader_stalled"]
+        assert len(terms) == 1
+    finally:
+        daemon.stop()
+    doc = status()
+    assert doc["leader"] is None and doc["figures"]["summarized"] == 0
+    assert [s["name"] for s in doc["schedules"]] == names

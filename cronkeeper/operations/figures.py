@@ -128,8 +128,10 @@ def gather_figures(conn: Any, now: datetime, heads: list,
                 out.missing[name] = summary.missing
     # summary rows whose next fire moved on since (a period decided after it was computed)
     latest = read_latest()
-    refire = [n for n, r in rows.items()
-              if not next_fire_after(r, next_after(current[n][1], _at(latest.get(n))))[0]]
+    afters = {n: next_after(active_from, _at(latest.get(n)))
+              for n, (_, active_from) in current.items()}
+    nexts = {n: next_fire_after(r, afters[n]) for n, r in rows.items()}
+    refire = [n for n, (known, _) in nexts.items() if not known]
     heads_of = {name: vs[-1] for name, vs in versions.items()}
     if refire:
         more, problems = parsed(versions_all(conn, refire))
@@ -139,11 +141,11 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     for name in sorted(current):
         row = rows.get(name)
         head = heads_of.get(name)
-        after = next_after(current[name][1], _at(latest.get(name)))
+        after = afters[name]
         if row is not None:
             if row.missing_last_hour:
                 out.missing[name] = row.missing_last_hour
-            known, upcoming = next_fire_after(row, after)
+            known, upcoming = nexts[name]
             if known:
                 pass
             elif head is not None and head.spec is not None:

@@ -40,6 +40,9 @@ from cronkeeper.versions import LOG_EACH_UP_TO
 
 log = logging.getLogger("cronkeeper.leading")
 
+SUMMARY_ROOM = 0.5  # seconds to the next due fire below which the summarizer's step waits
+SUMMARY_WAIT_MAX = 5.0  # ... but never longer than this
+
 
 @dataclass(frozen=True, slots=True)
 class LeaderOptions:
@@ -141,6 +144,7 @@ class LeaderLoop:
         self.current.set()
         next_prune = clock.monotonic()
         summarizer = self.summarizer = Summarizer(notify=self.audit_missing)
+        stepped = clock.monotonic()
         while not term.stopping.is_set():
             pending, self._pending = self._pending, None
             if pending is not None:
@@ -155,11 +159,18 @@ class LeaderLoop:
             if clock.monotonic() >= next_prune:
                 self._prune(term)
                 next_prune = clock.monotonic() + self.options.prune_interval
-            summarizer.step(term, scheduler.states, scheduler.states)
-            wait = self.options.heartbeat_interval
             upcoming = scheduler.next_due()
-            if upcoming is not None:
-                wait = min(wait, max(0.0, (upcoming - report.now).total_seconds()) + 0.001)
+            room = None if upcoming is None else (upcoming - report.now).total_seconds()
+            measured = clock.monotonic()
+            # a step of the summarizer when no fire is due within it, or when none has run for
+            # SUMMARY_WAIT_MAX (a schedule due every second leaves no room)
+            if room is None or room > SUMMARY_ROOM \
+                    or clock.monotonic() - stepped > SUMMARY_WAIT_MAX:
+                summarizer.step(term, scheduler.states, scheduler.states)
+                stepped = clock.monotonic()
+            wait = self.options.heartbeat_interval
+            if room is not None:  # less what the step took
+                wait = min(wait, max(0.0, room - (clock.monotonic() - measured)) + 0.001)
             self._wake.wait(wait)
             self._wake.clear()
         # graceful stop: the current tick is done; the election hands the lock over

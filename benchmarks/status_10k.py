@@ -9,7 +9,9 @@ schedule's run-time figures come from 50-60 attempts. Then it starts a real `cro
 on those schedules (written as schedule files: the same digests, so no new version), waits until
 its summarizer has summarized every schedule (docs/observability.md, "Where status's figures
 come from"), and runs the real console script as a subprocess ``--runs`` times while that
-leader leads, printing the median and the best, with the load average. For the ratio within
+leader leads (and the table format once), printing the median and the best, each run's own
+CPU time and the load average; then once more after the leader has stopped (every figure
+computed live, as before the summary). For the ratio within
 the run it also times the document in-process both ways (the leader's summary, and every
 schedule computed live, as without a leader), and prints the plan (EXPLAIN ANALYZE) of the
 run-time statement, ``attempts_runtimes``, to name the indexes it uses, the statement's own
@@ -201,6 +203,16 @@ def main() -> None:
                   "their timeout)")
         in_process(args.database_url, schema)
         leader.stop(60)
+        # the same command once the leader has stopped: every figure computed live, as before
+        # the summary (the ratio within this run)
+        used = children_cpu()
+        start = time.perf_counter()
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"status failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        print(f"cronkeeper status --format json without a leader (all computed live): "
+              f"{time.perf_counter() - start:.3f}s, its own CPU {children_cpu() - used:.3f}s "
+              f"| {load()}")
         explain(args.database_url, schema)
     finally:
         if leader.alive():

@@ -92,7 +92,7 @@ class DatabaseCollector(ScheduleFamilies):
                                        "the whole fleet (the attempts table's highest id).")
         attempts.add_metric([], attempts_high_water(conn))
         return [up, depth, oldest, ready, retrying, dead, attempts, *self._notifications(conn),
-                *self._fleet(conn), *self._schedules(conn)]
+                *self._fleet(conn), *self._schedules(conn, now)]
 
     def _notifications(self, conn: Any) -> list:
         """Fleet-wide notification figures (docs/notifications.md): dead letters counted instead

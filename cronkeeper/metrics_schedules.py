@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cronkeeper import clock
-from cronkeeper.summary import next_fire_after
+from cronkeeper.summary import missing_at, next_fire_after
 
 log = logging.getLogger("cronkeeper.metrics")
 
@@ -64,8 +64,8 @@ class MissingFamily(Collector):
             self._warned.add(message)
             log.warning("metrics: %s", message, extra={"action": "metrics_version_unreadable"})
 
-    def _missing_family(self, current: dict[str, _Current], rows: dict[str, Any]
-                        ) -> GaugeMetricFamily:
+    def _missing_family(self, current: dict[str, _Current], rows: dict[str, Any],
+                        now: datetime) -> GaugeMetricFamily:
         """The missing counts: the leader's summary's, and for the schedules it does not
         cover the last audit's. That audit runs in a thread of its own, at most every
         AUDIT_EVERY seconds after the previous one ended, never inside a scrape: at 10,000
@@ -85,8 +85,9 @@ class MissingFamily(Collector):
             owner = current[name].owner
             if (name, owner) in found or audited:
                 counts[(name, owner)] = found.get((name, owner), 0)
-        for name, row in rows.items():
-            counts[(name, current[name].owner)] = row.missing_last_hour or 0
+        for name, row in rows.items():  # (a row that cannot count at now says its own hour's)
+            known, n = missing_at(row, now)
+            counts[(name, current[name].owner)] = n if known else row.missing_last_hour or 0
         for key, n in found.items():  # audited, since removed
             if key[0] not in current:
                 counts[key] = n
@@ -173,7 +174,7 @@ class ScheduleFamilies(MissingFamily):
         self._runtimes: dict[str, tuple[int, float | None, float | None, int]] = {}
         self._runtimes_at = -1e18
 
-    def _schedules(self, conn: Any) -> list:
+    def _schedules(self, conn: Any, now: datetime) -> list:
         from cronkeeper.db.periods import periods_last_emitted, periods_latest
 
         current = self._current_cached(conn)
@@ -207,7 +208,7 @@ class ScheduleFamilies(MissingFamily):
                 next_fire.add_metric([name, owner], upcoming.timestamp())
         families = [last_fire, next_fire, *self._runtime_families(conn, current, rows)]
         if self.audit:
-            families.append(self._missing_family(current, rows))
+            families.append(self._missing_family(current, rows, now))
         return families
 
     def _summaries(self, conn: Any, current: dict[str, _Current]) -> dict[str, Any]:

@@ -53,7 +53,14 @@ from cronkeeper.db.sessions import session_jit_off
 from cronkeeper.notify.missing import MissingWatch
 from cronkeeper.runtimes import SAMPLE
 from cronkeeper.schedule.model import read_stored_version
-from cronkeeper.summary import AUDIT_WINDOW, EVERY, FIRES_AHEAD, FIRES_MAX, next_after
+from cronkeeper.summary import (
+    AUDIT_WINDOW,
+    EVERY,
+    FIRES_AHEAD,
+    FIRES_MAX,
+    MISSING_KEPT,
+    next_after,
+)
 
 log = logging.getLogger("cronkeeper.summarizer")
 
@@ -61,11 +68,14 @@ CHUNK = 250  # schedules summarized in one step (one transaction)
 LOGGED_KEEP = 100_000  # newly missing periods remembered (logged once), then forgotten
 
 
-def missing_in(rows: Iterable[HistoryRow], since: datetime) -> int:
-    """Periods the audit found missing at or after ``since`` (periods are whole seconds)."""
+def missing_in(rows: Iterable[HistoryRow], since: datetime) -> tuple[int, list[datetime]]:
+    """Periods the audit found missing at or after ``since`` (periods are whole seconds): how
+    many, and the earliest ``MISSING_KEPT`` of them."""
     first = iso_second(math.ceil(since.timestamp()))
     missing = Status.MISSING.value
-    return sum(1 for r in rows if r.status == missing and r.scheduled_for >= first)
+    found = [r.scheduled_for for r in rows if r.status == missing and r.scheduled_for >= first]
+    return len(found), [datetime.fromisoformat(at.replace("Z", "+00:00"))
+                        for at in found[:MISSING_KEPT]]
 
 
 class Summarizer:
@@ -133,7 +143,7 @@ class Summarizer:
             spec = head.spec
             if spec is None:
                 continue  # removed: nothing in force to summarize
-            missing = 0
+            missing: tuple[int, list[datetime]] = (0, [])
             if name in audited:
                 rows, _ = audit_schedule(name, vs, records_from_rows(records[name]),
                                          since=audited[name], until=now, now=now)
@@ -153,7 +163,7 @@ class Summarizer:
             upcoming = self._fires(name, head.version_id, trigger, state, after, now)
             n, p50, p99, timed_out = figures.get(name, (0, None, None, 0))
             out.append(SummaryRow(name, head.version_id, spec.owner, spec.timeout, spec.grace,
-                                  after, upcoming, missing, n, p50, p99,
+                                  after, upcoming, *missing, n, p50, p99,
                                   timed_out, term, now))
         return out, found, newly
 

@@ -5,7 +5,8 @@ A row is used only while a leader leads, when it is at most ``STALE_AFTER`` seco
 computed under the version still in force (``usable``); its next fire only through
 ``next_fire_after`` and its period around an instant only through ``period_around``, both
 exact: the row lists every fire after the decided period it was computed after, up to its last
-one.
+one; its missing count through ``missing_at``, which leaves out the periods that have left the
+hour since the row's time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ AUDIT_WINDOW = timedelta(hours=1)  # the missing count status and the metrics sh
 # around any instant a reader may use it at is in the list too), at most FIRES_MAX of them
 FIRES_AHEAD = timedelta(seconds=STALE_AFTER + 2 * EVERY)
 FIRES_MAX = 64  # an every-second schedule's list stops early: its readers compute the rest
+MISSING_KEPT = 64  # a row keeps the earliest of its missing periods, to count them at any now
 
 
 def next_after(active_from: datetime, latest: datetime | None) -> datetime:
@@ -63,3 +65,16 @@ def period_around(row: Any, now: datetime) -> tuple[bool, float | None]:
                 return True, (fires[i + 1] - fire).total_seconds()
             break
     return False, None
+
+
+def missing_at(row: Any, now: datetime) -> tuple[bool, int]:
+    """The row's missing periods still within the hour before ``now`` (``AUDIT_WINDOW``):
+    those of its own hour less the ones that have left the window since. (True, count), or
+    (False, 0) when more have left than the row kept the instants of."""
+    total = row.missing_last_hour or 0
+    kept = row.missing_first
+    since = now - AUDIT_WINDOW
+    gone = sum(1 for at in kept if at < since)
+    if gone == len(kept) and len(kept) < total:
+        return False, 0
+    return True, total - gone

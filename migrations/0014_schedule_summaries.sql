@@ -7,9 +7,9 @@
 -- (cronkeeper/summarizer.py) a batch of schedules per committed transaction, fenced by its term,
 -- a pass every minute or so: the version the row was computed under (with the owner, timeout and
 -- grace of that version), its next undecided fires (every fire after the decided period it
--- follows, up to a few minutes past computed_at, at least two unless it fires no more), the
--- audit's periods missing in the hour before computed_at, and the run-time figures of its last
--- 100 finished attempts. `status`, the web and the metrics read a row only while a leader leads, the
+-- follows, up to a few minutes past computed_at, and two more), the audit's periods missing in
+-- the hour before computed_at (how many, and the earliest 64 of them: a reader counts those
+-- still within its own hour), and the run-time figures of its last 100 finished attempts. `status`, the web and the metrics read a row only while a leader leads, the
 -- row is younger than their bound and its version is still in force; otherwise they compute that
 -- schedule's figures themselves, as before.
 CREATE TABLE schedule_summaries (
@@ -21,6 +21,7 @@ CREATE TABLE schedule_summaries (
     decided_through        timestamptz NOT NULL,
     next_fires             timestamptz[] NOT NULL,
     missing_last_hour      integer,
+    missing_first          timestamptz[] NOT NULL,
     duration_attempts      integer NOT NULL,
     duration_p50_seconds   double precision,
     duration_p99_seconds   double precision,

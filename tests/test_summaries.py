@@ -261,7 +261,7 @@ def test_each_step_is_one_transaction_that_feeds_the_watchdog(
         conn.execute(sa.text(
             "INSERT INTO schedule_summaries SELECT 'gone', version_id, owner, timeout_seconds, "
             "grace_seconds, decided_through, next_fires, "
-            "missing_last_hour, duration_attempts, duration_p50_seconds, duration_p99_seconds, "
+            "missing_last_hour, missing_first, duration_attempts, duration_p50_seconds, duration_p99_seconds, "
             "attempts_timed_out_24h, term, computed_at FROM schedule_summaries "
             "WHERE schedule = 'slow'"))
         conn.commit()
@@ -285,3 +285,26 @@ def test_status_uses_the_summary_an_unreadable_version_costs_its_schedule_only(
         doc = gather(engine, schema, cluster, use_summary=use)
         assert [s["name"] for s in doc["schedules"]] == seeded
         assert sum("'odd'" in d and "cannot be read" in d for d in doc["diagnosis"]) == 1
+
+
+def test_missing_periods_that_left_the_hour_are_not_counted(
+        engine, database_url, schema, cluster, seeded):
+    """A row counts its missing periods still within the hour before status's now; when more
+    have left than it kept the instants of, that schedule is audited live."""
+    lead(engine, cluster)
+    summarize(database_url, schema, seeded)
+    with engine.connect() as conn:
+        assert len(summaries_read(conn)["gappy"].missing_first) == 5
+    with engine.begin() as conn:  # a sixth, from before the hour: it has left since
+        conn.execute(sa.text(
+            "UPDATE schedule_summaries SET missing_last_hour = 6, missing_first = "
+            "array[now() - interval '61 minutes'] || missing_first WHERE schedule = 'gappy'"))
+    doc = gather(engine, schema, cluster)
+    assert doc["periods_missing_last_hour"]["gappy"] == 5 and doc["figures"]["summarized"] == 4
+    with engine.begin() as conn:  # 100, of which it kept one, gone: it cannot tell
+        conn.execute(sa.text(
+            "UPDATE schedule_summaries SET missing_last_hour = 100, missing_first = "
+            "array[now() - interval '61 minutes'] WHERE schedule = 'gappy'"))
+    doc = gather(engine, schema, cluster)
+    assert doc["periods_missing_last_hour"]["gappy"] == 5
+    assert comparable(doc) == comparable(gather(engine, schema, cluster, use_summary=False))

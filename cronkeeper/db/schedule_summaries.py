@@ -34,6 +34,7 @@ class SummaryRow(NamedTuple):
     # schedule fires no more): the next undecided fire after any later decided period too
     next_fires: list[datetime]
     missing_last_hour: int | None  # None: no version in force during that hour
+    missing_first: list[datetime]  # the earliest of those missing periods (at most 64)
     duration_attempts: int
     duration_p50_seconds: float | None
     duration_p99_seconds: float | None
@@ -48,15 +49,16 @@ _COLUMNS = SummaryRow._fields[:-1]
 # (next_fires travel as array literals: unnest would flatten an array of arrays)
 _WRITE = f"""
 INSERT INTO schedule_summaries ({", ".join(_COLUMNS)})
-SELECT s, v, o, t, g, d, f::timestamptz[], m, n, p50, p99, x, term, c
+SELECT s, v, o, t, g, d, f::timestamptz[], m, mf::timestamptz[], n, p50, p99, x, term, c
 FROM unnest(%(schedule)s::text[], %(version_id)s::bigint[], %(owner)s::text[],
                      %(timeout_seconds)s::float8[], %(grace_seconds)s::float8[],
                      %(decided_through)s::timestamptz[], %(next_fires)s::text[],
-                     %(missing_last_hour)s::int[], %(duration_attempts)s::int[],
+                     %(missing_last_hour)s::int[], %(missing_first)s::text[],
+                     %(duration_attempts)s::int[],
                      %(duration_p50_seconds)s::float8[], %(duration_p99_seconds)s::float8[],
                      %(attempts_timed_out_24h)s::int[], %(term)s::bigint[],
                      %(computed_at)s::timestamptz[])
-     AS r(s, v, o, t, g, d, f, m, n, p50, p99, x, term, c)
+     AS r(s, v, o, t, g, d, f, m, mf, n, p50, p99, x, term, c)
 ON CONFLICT (schedule) DO UPDATE SET
 {", ".join(f"{c} = excluded.{c}" for c in _COLUMNS[1:])}
 """
@@ -67,8 +69,9 @@ def summaries_write(conn: psycopg.Connection | sa.Connection, rows: Sequence[Sum
     if not rows:
         return
     params: dict[str, list] = {c: [getattr(r, c) for r in rows] for c in _COLUMNS}
-    params["next_fires"] = ["{" + ",".join(f.isoformat() for f in r.next_fires) + "}"
-                            for r in rows]
+    for column in ("next_fires", "missing_first"):
+        params[column] = ["{" + ",".join(f.isoformat() for f in getattr(r, column)) + "}"
+                          for r in rows]
     driver(conn).execute(_WRITE, params)
 
 

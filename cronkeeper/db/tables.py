@@ -176,6 +176,7 @@ schedule_summaries = sa.Table(
     sa.Column("decided_through", TS, nullable=False),
     sa.Column("next_fires", sa.ARRAY(TS), nullable=False),
     sa.Column("missing_last_hour", sa.Integer),
+    sa.Column("missing_first", sa.ARRAY(TS), nullable=False),
     sa.Column("duration_attempts", sa.Integer, nullable=False),
     sa.Column("duration_p50_seconds", sa.Double),
     sa.Column("duration_p99_seconds", sa.Double),

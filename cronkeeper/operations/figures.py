@@ -35,6 +35,7 @@ from cronkeeper.runtimes import Runtime, runtime_of
 from cronkeeper.summary import (
     AUDIT_WINDOW,
     STALE_AFTER,
+    missing_at,
     next_after,
     next_fire_after,
     period_around,
@@ -114,9 +115,13 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     live = sorted(current.keys() - rows.keys())
     reading = read_runtimes(live) if live else None
     since = now - AUDIT_WINDOW
-    # live: the schedules without a usable row, and those removed within the audited hour
+    # audited live: the schedules without a usable row, those removed within the hour, and
+    # those whose row cannot count its missing periods at this now (more left the hour)
     removed = [name for _, name, gone, active_from in heads if gone and active_from >= since]
-    versions, problems = parsed(versions_all(conn, live + removed)) if live or removed else ({}, [])
+    counted = {n: missing_at(r, now) for n, r in rows.items()}
+    recount = [n for n, (known, _) in counted.items() if not known]
+    audit_too = live + removed + recount
+    versions, problems = parsed(versions_all(conn, audit_too)) if audit_too else ({}, [])
     out = Gathered(problems=problems, summarized=len(rows))
     audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
     for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
@@ -143,8 +148,9 @@ def gather_figures(conn: Any, now: datetime, heads: list,
         head = heads_of.get(name)
         after = afters[name]
         if row is not None:
-            if row.missing_last_hour:
-                out.missing[name] = row.missing_last_hour
+            known, count = counted[name]
+            if known and count:
+                out.missing[name] = count
             known, upcoming = nexts[name]
             if known:
                 pass

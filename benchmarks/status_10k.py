@@ -141,6 +141,12 @@ def explain(url: str, schema: str) -> None:
             print("   ", line)
 
 
+def process_cpu(pid: int) -> float:
+    """User and system CPU seconds a running process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu() -> float:
     """User and system CPU seconds of the finished children (the status processes) so far."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -183,6 +189,7 @@ def main() -> None:
                  alive=leader.proc)
         print(f"a leader summarized {args.schedules} schedules {time.perf_counter() - start:.1f}s "
               f"after it started (its log: {leader.log_path})")
+        leading_from, leader_cpu = time.perf_counter(), process_cpu(leader.pid)
         for fmt in ("json", "table"):
             took, cpu = [], []
             for _ in range(args.runs if fmt == "json" else 1):
@@ -202,6 +209,9 @@ def main() -> None:
                   f"run(s) (its CPU: best {min(cpu):.3f}s; {flagged} schedules diagnosed near "
                   "their timeout)")
         in_process(args.database_url, schema)
+        lasted = time.perf_counter() - leading_from
+        print(f"the leader (ticking and summarizing, no workers) meanwhile: "
+              f"{process_cpu(leader.pid) - leader_cpu:.1f}s of CPU in {lasted:.0f}s")
         leader.stop(60)
         # the same command once the leader has stopped: every figure computed live, as before
         # the summary (the ratio within this run)

@@ -149,7 +149,7 @@ class Summarizer:
                                          since=audited[name], until=now, now=now)
                 if in_window(vs, since, now):
                     missing = missing_in(rows, since)
-                newly += self._newly_missing(name, spec.owner, rows)
+                newly += self._newly_missing(name, spec.owner, rows, since)
                 if self.watch is not None:
                     told_one = self.watch.judge(name, vs, rows, audited[name], now, told)
                     if told_one is not None:
@@ -221,15 +221,18 @@ class Summarizer:
         self._parsed[version_id] = version
         return version
 
-    def _newly_missing(self, name: str, owner: str | None, rows: list[HistoryRow]
-                       ) -> list[tuple[str, str | None, str]]:
-        """Missing periods not logged before (each is logged once per process)."""
+    def _newly_missing(self, name: str, owner: str | None, rows: list[HistoryRow],
+                       since: datetime) -> list[tuple[str, str | None, str]]:
+        """Missing periods of the last hour not logged before (each is logged once per term;
+        the notification's audit may reach further back, the log does not)."""
         out = []
         logged = self._logged
         if len(logged) > LOGGED_KEEP:
             logged.clear()
+        first = iso_second(math.ceil(since.timestamp()))
         for row in rows:
-            if row.status == Status.MISSING.value and (name, row.scheduled_for) not in logged:
+            if row.status == Status.MISSING.value and row.scheduled_for >= first \
+                    and (name, row.scheduled_for) not in logged:
                 logged.add((name, row.scheduled_for))
                 out.append((name, owner, row.scheduled_for))
         return out

@@ -227,11 +227,16 @@ def test_a_period_decided_since_the_row_moves_its_next_fire_on(
 
 
 def test_a_missing_period_shows_in_status_and_is_told_exactly_once(
-        engine, database_url, schema, cluster, seeded):
+        engine, database_url, schema, cluster, seeded, caplog):
     """The summarizer's one audit: status (from the summary) counts the five missing periods,
-    the metrics too, and two passes and a new term tell them in one notification."""
+    the metrics too, two passes log each once, and two passes and a new term tell them in one
+    notification."""
     lead(engine, cluster)
-    summarize(database_url, schema, seeded, notify=True, passes=2)
+    with caplog.at_level("WARNING", logger="cronkeeper.summarizer"):
+        summarize(database_url, schema, seeded, notify=True, passes=2)
+    logged = [r.scheduled_for for r in caplog.records
+              if getattr(r, "action", None) == "period_missing" and r.schedule == "gappy"]
+    assert len(logged) == len(set(logged)) == 5
     summarize(database_url, schema, seeded, notify=True)  # a new term: 24 hours back again
     doc = gather(engine, schema, cluster)
     assert doc["figures"]["summarized"] == 4

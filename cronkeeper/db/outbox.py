@@ -12,7 +12,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import sqlalchemy as sa
@@ -24,8 +24,10 @@ from cronkeeper.db.notifications import (
     notifications_noting_dead,
     notifications_noting_recovered,
 )
-from cronkeeper.db.periods_claims import JobColumns
 from cronkeeper.db.wake import wake
+
+if TYPE_CHECKING:  # (not at run time: the readers of the outbox need none of the claims' code)
+    from cronkeeper.db.periods_claims import JobColumns
 
 
 def outbox_depth(conn: sa.Connection | psycopg.Connection) -> dict[str, int]:

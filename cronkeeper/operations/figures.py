@@ -18,16 +18,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cronkeeper.audit import (
-    Version,
-    audit_schedule,
-    in_window,
-    period_seconds,
-    records_from_rows,
-    versions_from_rows,
-)
 from cronkeeper.db.periods import periods_windows
 from cronkeeper.db.schedule_summaries import SummaryRow, summaries_read
 from cronkeeper.db.schedule_versions import versions_all
@@ -41,6 +33,9 @@ from cronkeeper.summary import (
     period_around,
     usable,
 )
+
+if TYPE_CHECKING:
+    from cronkeeper.audit import Version
 
 AUDIT_CHUNK = 1_000  # schedules whose last hour of periods one statement reads
 
@@ -91,6 +86,8 @@ def heads_in_force(heads: Iterable[tuple[int, str, bool, datetime]]
 def parsed(rows: list) -> tuple[dict[str, list[Version]], list[str]]:
     """Version rows ordered by schedule -> versions by schedule; a schedule with a row that
     cannot be read is left out, the reason listed (that schedule only)."""
+    from cronkeeper.audit import versions_from_rows
+
     out: dict[str, list[Version]] = {}
     problems = []
     for _name, group in groupby(rows, key=lambda row: row[1]):
@@ -123,14 +120,8 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     audit_too = live + removed + recount
     versions, problems = parsed(versions_all(conn, audit_too)) if audit_too else ({}, [])
     out = Gathered(problems=problems, summarized=len(rows))
-    audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
-    for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
-        rows_of = periods_windows(conn, [(n, since) for n in audited[i:i + AUDIT_CHUNK]], now)
-        for name, records in rows_of.items():
-            _, summary = audit_schedule(name, versions[name], records_from_rows(records),
-                                        since=since, until=now, now=now)
-            if summary.missing:
-                out.missing[name] = summary.missing
+    if versions:
+        out.missing.update(_audit_live(conn, versions, since, now))
     # summary rows whose next fire moved on since (a period decided after it was computed)
     latest = read_latest()
     afters = {n: next_after(active_from, _at(latest.get(n)))
@@ -173,6 +164,25 @@ def gather_figures(conn: Any, now: datetime, heads: list,
     return out
 
 
+def _audit_live(conn: Any, versions: dict[str, list[Version]], since: datetime,
+                now: datetime) -> dict[str, int]:
+    """The missing periods of the last hour of the schedules computed live (``history``'s
+    audit), AUDIT_CHUNK schedules' periods per statement. Imported only when there are some: a
+    status that reads the whole summary never loads the audit, the specs or the calendars."""
+    from cronkeeper.audit import audit_schedule, in_window, records_from_rows
+
+    missing = {}
+    audited = [name for name, vs in versions.items() if in_window(vs, since, now)]
+    for i in range(0, len(audited), AUDIT_CHUNK):  # one statement per chunk, not per schedule
+        rows_of = periods_windows(conn, [(n, since) for n in audited[i:i + AUDIT_CHUNK]], now)
+        for name, records in rows_of.items():
+            _, summary = audit_schedule(name, versions[name], records_from_rows(records),
+                                        since=since, until=now, now=now)
+            if summary.missing:
+                missing[name] = summary.missing
+    return missing
+
+
 def periods_of(conn: Any, names: Iterable[str], now: datetime, figures: dict[str, Figures]
                ) -> dict[str, float | None]:
     """The length of each named schedule's period around ``now`` (the diagnosis of a queue
@@ -181,6 +191,8 @@ def periods_of(conn: Any, names: Iterable[str], now: datetime, figures: dict[str
     wanted = {n for n in names if n in figures}
     out = {n: figures[n].period for n in wanted if figures[n].period_known}
     if wanted - out.keys():
+        from cronkeeper.audit import period_seconds
+
         versions, _ = parsed(versions_all(conn, sorted(wanted - out.keys())))
         out.update((name, period_seconds(vs[-1].spec, now)) for name, vs in versions.items()
                    if vs[-1].spec is not None)

@@ -206,7 +206,14 @@ class ScheduleFamilies(MissingFamily):
                 known[name] = (after, version_id, upcoming)
             if upcoming is not None:
                 next_fire.add_metric([name, owner], upcoming.timestamp())
-        families = [last_fire, next_fire, *self._runtime_families(conn, current, rows)]
+        summarized = GaugeMetricFamily(
+            "cronkeeper_schedule_summary_age_seconds", "Age of the oldest of the leader's "
+            "summary rows this scrape's per-schedule figures came from (no sample: none, every "
+            "figure computed by the scraped process).")
+        if rows:
+            summarized.add_metric([], max(0.0, max(r.age_seconds for r in rows.values())))
+        families = [last_fire, next_fire, summarized,
+                    *self._runtime_families(conn, current, rows)]
         if self.audit:
             families.append(self._missing_family(current, rows, now))
         return families

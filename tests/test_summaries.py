@@ -250,6 +250,9 @@ def test_a_missing_period_shows_in_status_and_is_told_exactly_once(
     missing = {s.labels["schedule"]: s.value for f in reg.collect() for s in f.samples
                if f.name == "cronkeeper_periods_missing"}
     assert missing == {"gappy": 5, "slow": 0, "flaky": 0, "leap": 0}  # no audit of its own
+    ages = [s.value for f in reg.collect() for s in f.samples
+            if f.name == "cronkeeper_schedule_summary_age_seconds"]
+    assert len(ages) == 1 and 0 <= ages[0] < 60
 
 
 def test_each_step_is_one_transaction_that_feeds_the_watchdog(

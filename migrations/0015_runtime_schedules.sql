@@ -1,0 +1,49 @@
+-- oldest release: 0.1.0
+-- cronkeeper schema, version 15: schedules defined at runtime (issue 22; SPEC §15;
+-- docs/runtime-schedules.md). Additive: a table and a nullable column, which code
+-- older than this release never reads or writes.
+--
+-- runtime_schedules: the runtime schedules as the applications' transactions left them
+-- (cronkeeper.schedules.put / put_many / sync / delete), one row per name. The leader adopts
+-- what changed (rows written by transactions it had not seen end) by recording a version in
+-- schedule_versions, with the id the put gave out (`version_id`, drawn from that table's own
+-- sequence), so every version in force is kept and `history` judges each period by it.
+--   spec          the mapping as the application gave it (get / list / schedules show)
+--   canonical     the validated spec as a schedule version stores it (ScheduleSpec.to_json)
+--   digest        the digest of `canonical`: a put of an unchanged spec writes nothing
+--   incarnation   the version id of the put that created (or revived) the name: a delete and a
+--                 new put of the same name are two schedules, and the claim's fence tells them
+--                 apart
+--   xid           the transaction that last wrote the row: the leader reads again every row
+--                 whose writer was not yet known to have ended at its last look (xid at or above
+--                 that look's snapshot xmin), so a transaction that commits late, after one that
+--                 wrote later, is never passed over (a sequence would be, committed out of order)
+--   deleted_at    a delete is a tombstone (kept, so the leader learns of it like any write)
+--
+-- The fence (docs/runtime-schedules.md, "Deletes are fenced"): the leader's claim of a runtime
+-- schedule's periods locks its row FOR KEY SHARE SKIP LOCKED, in the claim's own transaction,
+-- and emits nothing for a row it did not get (deleted, or being deleted). A delete sets
+-- deleted_at, a column of the unique index below: changing it makes the UPDATE take the row's
+-- FOR UPDATE lock, the only one FOR KEY SHARE waits for, so a delete waits for a claim in
+-- flight and a claim never passes an uncommitted delete. A put that changes a spec leaves
+-- deleted_at as it is, takes the weaker FOR NO KEY UPDATE, and never holds a claim up.
+CREATE TABLE runtime_schedules (
+    name          text PRIMARY KEY,
+    spec          jsonb NOT NULL,
+    canonical     jsonb NOT NULL,
+    digest        text NOT NULL,
+    version_id    bigint NOT NULL,
+    incarnation   bigint NOT NULL,
+    xid           xid8 NOT NULL DEFAULT pg_current_xact_id(),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    deleted_at    timestamptz
+);
+-- Makes deleted_at a key column (see above); the primary key already makes names unique.
+CREATE UNIQUE INDEX runtime_schedules_fence ON runtime_schedules (name, deleted_at);
+-- The leader's poll: the rows written by transactions that had not ended at its last look.
+CREATE INDEX runtime_schedules_xid ON runtime_schedules (xid);
+
+-- Where a version came from: 'runtime' (cronkeeper.schedules), 'file:<path>' (the schedule file
+-- that defined it when the leader recorded it), NULL (recorded before this release: a file).
+ALTER TABLE schedule_versions ADD COLUMN origin text;

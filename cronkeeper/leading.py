@@ -4,7 +4,9 @@ The election (``election.Node``) wins a term and hands it to ``LeaderLoop.lead``
 ``scheduler.Scheduler`` on it::
 
     load the versions in force ─► catch up (tick until current) ─► adopt the file set
-        ─► loop: adopt a pending set (reload) · tick (heartbeat_url pinged when due, off the
+        ─► adopt the runtime schedules (every row looked at)
+        ─► loop: adopt a pending set (reload) · adopt runtime changes (when told of a commit,
+                 ``runtime_changed``, and every runtime_poll seconds) · tick (heartbeat_url pinged when due, off the
                  loop's thread: ``notify.heartbeat``) · prune every prune_interval (jobs,
                  attempts, periods, notifications) · a step of the audit for missing periods
                  (``notify.missing``, with a notify config) · sleep until the next due
@@ -47,6 +49,7 @@ class LeaderOptions:
     retention_jobs_days: float = 14.0
     retention_periods_days: float = 400.0
     prune_batch: int = 1000
+    runtime_poll: float = 1.0  # seconds between looks at runtime schedules without a NOTIFY
 
 
 def _settle_heap() -> None:
@@ -77,6 +80,7 @@ class LeaderLoop:
         self.term: Term | None = None  # the term being led, None between terms
         self.current = threading.Event()
         self._wake = threading.Event()
+        self._runtime = threading.Event()  # a runtime schedule change was committed
         self._pending: ScheduleSet | None = None
         self._refused = OutageReport()  # the term's: writes the database refuses (``lead``)
 
@@ -85,6 +89,11 @@ class LeaderLoop:
         if self.term is None:
             self.schedules = schedules  # a standby reports the digest of what it would run
         self._pending = schedules
+        self._wake.set()
+
+    def runtime_changed(self) -> None:
+        """A runtime schedule change was committed (the listener heard its NOTIFY): look now."""
+        self._runtime.set()
         self._wake.set()
 
     def wake(self) -> None:
@@ -135,9 +144,11 @@ class LeaderLoop:
         scheduler.tick_until_current()  # periods due under the versions in force, up to now
         if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
             scheduler.adopt(self.schedules)
+            scheduler.adopt_runtime()
         _settle_heap()
         self.current.set()
         next_prune = clock.monotonic()
+        next_look = clock.monotonic() + self.options.runtime_poll
         watch = MissingWatch() if self.audit_missing else None
         while not term.stopping.is_set():
             pending, self._pending = self._pending, None
@@ -148,6 +159,10 @@ class LeaderLoop:
                 scheduler.adopt(pending)
                 self.schedules = pending
                 _settle_heap()
+            if self._runtime.is_set() or clock.monotonic() >= next_look:
+                self._runtime.clear()
+                scheduler.adopt_runtime()
+                next_look = clock.monotonic() + self.options.runtime_poll
             report = scheduler.tick()
             term.progress()
             if clock.monotonic() >= next_prune:

@@ -193,3 +193,33 @@ def test_cronkeeper_exports_the_api_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["ScheduleError", "put"]
     assert cronkeeper.schedules is schedules
+
+
+def test_the_fence_sees_an_uncommitted_delete_and_no_put(engine, schema, database_url):
+    """The claim's fence (runtime_fence, FOR KEY SHARE SKIP LOCKED): a delete in flight hides
+    the row from it without making it wait; a change in flight does not; and a delete waits
+    for a claim that holds the row (migration 0015: deleted_at is a key column)."""
+    from cronkeeper.db.runtime_schedules import runtime_fence
+
+    with engine.begin() as conn:
+        ids = schedules.put_many(conn, {"a": SPEC, "b": SPEC}, schema=schema)
+    with psycopg.connect(plain(database_url)) as app_conn, \
+            psycopg.connect(plain(database_url), autocommit=True) as leader:
+        leader.execute(f'SET search_path = "{schema}"')
+        schedules.delete(app_conn, "a", schema=schema)  # uncommitted
+        schedules.put(app_conn, "b", {**SPEC, "owner": "changed"}, schema=schema)  # uncommitted
+        with leader.transaction():
+            assert runtime_fence(leader, ["a", "b"]) == {"b": ids["b"]}
+        app_conn.commit()
+        with leader.transaction():
+            assert runtime_fence(leader, ["a", "b"]) == {"b": ids["b"]}
+        # a claim holding the fence: a delete waits for it (here: times out)
+        with leader.transaction():
+            runtime_fence(leader, ["b"])
+            app_conn.execute("SET lock_timeout = '200ms'")
+            with pytest.raises(DatabaseError, match="lock timeout"):
+                schedules.delete(app_conn, "b", schema=schema)
+            app_conn.rollback()
+            # ... while a change of it goes through
+            schedules.put(app_conn, "b", {**SPEC, "owner": "again"}, schema=schema)
+            app_conn.commit()

@@ -191,16 +191,17 @@ def runtime_heads(conn: psycopg.Connection, *, after: str = "", limit: int | Non
 
 
 def runtime_specs(conn: psycopg.Connection, names: Sequence[str]
-                  ) -> dict[str, tuple[RuntimeHead, dict[str, Any]]]:
-    """{name: (head, canonical spec)} of the named live rows (those the heads found changed)."""
+                  ) -> dict[str, tuple[RuntimeHead, dict[str, Any], str]]:
+    """{name: (head, canonical spec, digest)} of the named live rows (those the heads found
+    changed)."""
     rows = conn.execute(
         """
-        SELECT name, version_id, incarnation, canonical FROM runtime_schedules
+        SELECT name, version_id, incarnation, canonical, digest FROM runtime_schedules
         WHERE name = ANY(%(names)s::text[]) AND deleted_at IS NULL
         """,
         {"names": list(names)},
     ).fetchall()
-    return {r[0]: (RuntimeHead(r[0], r[1], r[2], False), r[3]) for r in rows}
+    return {r[0]: (RuntimeHead(r[0], r[1], r[2], False), r[3], r[4]) for r in rows}
 
 
 def runtime_fence(conn: psycopg.Connection, names: Sequence[str]) -> dict[str, int]:

@@ -257,6 +257,7 @@ class _Current(NamedTuple):
     active_from: datetime
     trigger: Any
     timeout: float
+    source: str = "file"  # or "runtime" (cronkeeper.schedules)
 
 
 class DatabaseCollector(Collector):
@@ -405,8 +406,13 @@ class DatabaseCollector(Collector):
             "Nominal instant of the schedule's next undecided period (in the past: overdue, no "
             "leader is deciding).", labels=["schedule", "owner"])
 
+        source = GaugeMetricFamily(
+            "cronkeeper_schedule_info", "1 for each schedule in force; `source` says where it "
+            "is defined: file, or runtime (cronkeeper.schedules).",
+            labels=["schedule", "owner", "source"])
         known = self._next
-        for name, (version_id, owner, active_from, trigger, _) in current.items():
+        for name, (version_id, owner, active_from, trigger, _, origin) in current.items():
+            source.add_metric([name, owner, origin], 1)
             if name in emitted:
                 last_fire.add_metric([name, owner], emitted[name].timestamp())
             after = max(active_from, last[name][0]) if name in last else active_from
@@ -418,7 +424,7 @@ class DatabaseCollector(Collector):
                 known[name] = (after, version_id, upcoming)
             if upcoming is not None:
                 next_fire.add_metric([name, owner], upcoming.timestamp())
-        families = [last_fire, next_fire, *self._runtime_families(conn, current)]
+        families = [last_fire, next_fire, source, *self._runtime_families(conn, current)]
         if self.audit:
             families.append(self._missing_family(current))
         return families
@@ -474,7 +480,8 @@ class DatabaseCollector(Collector):
                 self._warn_once(str(exc))
                 continue
             current[name] = _Current(version_id, sys.intern(spec.owner or ""), active_from, trigger,
-                                     spec.timeout)
+                                     spec.timeout,
+                                     "runtime" if row.origin == "runtime" else "file")
         with self._lock:
             self._current, self._versions_stamp = current, stamp
             self._next = {n: v for n, v in self._next.items() if n in current}

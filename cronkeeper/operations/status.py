@@ -43,6 +43,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
     from cronkeeper.db.periods import periods_latest, periods_windows
+    from cronkeeper.db.runtime_schedules import runtime_live_names
     from cronkeeper.db.schedule_controls import controls_paused
     from cronkeeper.db.schedule_versions import versions_all
     from cronkeeper.db.sessions import session_jit_off, session_utc
@@ -72,6 +73,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         reading = pool.submit(runtimes_read, engine, sorted(current))
         latest = periods_latest(conn, list(current))
         paused = controls_paused(conn)
+        runtime_names = runtime_live_names(conn)
         oldest = dbo.outbox_oldest_available(conn)
         dead = dbo.outbox_dead(conn)
         depth = dbo.outbox_depth(conn)
@@ -109,6 +111,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         periods[name] = period_seconds(spec, now)
         schedules.append({
             "name": name,
+            "source": "runtime" if name in runtime_names else "file",
             "owner": spec.owner,
             "next_fire": _iso(upcoming),
             "overdue": bool(upcoming and (now - upcoming).total_seconds() > spec.grace),

@@ -137,7 +137,7 @@ class LeaderLoop:
 
     def _lead_once(self, term: Term) -> None:
         scheduler = Scheduler(
-            term, on_tick=lambda report: self._report(report, term),
+            term, on_tick=lambda report: self._report(report, term, scheduler),
             resume_floor=timedelta(days=self.options.retention_periods_days),
         )
         scheduler.load_versions()
@@ -147,6 +147,8 @@ class LeaderLoop:
             scheduler.adopt_runtime()
         _settle_heap()
         self.current.set()
+        log.info("leading: %d schedules in force", len(scheduler.states),
+                 extra={"action": "leading", "term": term.number})
         next_prune = clock.monotonic()
         next_look = clock.monotonic() + self.options.runtime_poll
         watch = MissingWatch() if self.audit_missing else None
@@ -207,7 +209,7 @@ class LeaderLoop:
                         describe(exc), notice.lasted, notice.failures,
                         extra={"action": "db_unavailable", "term": term})
 
-    def _report(self, report: TickReport, term: Term) -> None:
+    def _report(self, report: TickReport, term: Term, scheduler: Scheduler | None = None) -> None:
         """A committed tick: progress, the heartbeat ping, its log lines, its metrics."""
         term.progress()
         if self.pinger is not None:
@@ -254,4 +256,7 @@ class LeaderLoop:
                 report.lost, extra={"action": "claim_lost", "term": term.number},
             )
         if self.metrics is not None:
-            self.metrics.observe_tick(report, self.schedules)
+            # the owners of runtime schedules, which the file set lacks
+            states = scheduler.states if scheduler is not None else {}
+            self.metrics.observe_tick(report, self.schedules, owner_of=lambda name: (
+                states[name].spec.owner if name in states else None))

@@ -70,7 +70,8 @@ class RuntimeAdopter:
         self._conflicts: set[str] = set()  # names already said to be held by a file
 
     def look(self) -> list[Change]:
-        """What changed since the last look (see the module's docstring)."""
+        """What changed since the last look (see the module's docstring): heads only, the
+        specs are read batch by batch as they are recorded (``record``)."""
         conn = self.term.conn
         xmin = runtime_xmin(conn)
         if self.since is None:
@@ -89,24 +90,7 @@ class RuntimeAdopter:
         self._pending_since = xmin
         if not changes:
             self.since = xmin
-            return []
-        wanted = [c.head.name for c in changes if c.kind != "removed"]
-        specs: dict[str, tuple[RuntimeHead, dict[str, Any], str]] = {}
-        for i in range(0, len(wanted), ADOPT_ROWS):
-            specs.update(runtime_specs(conn, wanted[i:i + ADOPT_ROWS]))
-            self.term.progress()
-        out = []
-        for change in changes:
-            if change.kind == "removed":
-                out.append(change)
-                continue
-            found = specs.get(change.head.name)
-            if found is None:  # deleted since the heads were read: the next look removes it
-                continue
-            head, spec, digest = found
-            kind = self._kind(head) or change.kind
-            out.append(Change(head, kind, spec, digest))
-        return out
+        return changes
 
     def _classify(self, heads: list[RuntimeHead]) -> list[Change]:
         states = self.in_force.states
@@ -142,37 +126,47 @@ class RuntimeAdopter:
 
     def record(self, changes: list[Change], horizon: datetime | None) -> dict[str, str]:
         """Make ``changes`` the versions in force (call right after a tick: ``horizon`` is its
-        now). Returns {schedule: kind}."""
-        states = self.in_force.states
+        now), ADOPT_ROWS at a time: their specs read, their versions recorded in a fenced
+        transaction, each batch a step of progress. Returns {schedule: kind}."""
         done: dict[str, str] = {}
         for i in range(0, len(changes), ADOPT_ROWS):
-            batch = changes[i:i + ADOPT_ROWS]
-            with self.term.conn.transaction():
-                now = self.term.confirm()
-                at = min(horizon, now) if horizon is not None else now
-                rows: list[tuple[str, str, dict[str, Any] | None]] = []
-                ids: list[int | None] = []
-                starts: list[datetime | None] = []
-                for c in batch:
-                    state = states.get(c.head.name)
-                    if c.kind in ("removed", "recreated") and state is not None:
-                        rows.append((c.head.name, "removed", None))
-                        ids.append(None)
-                        starts.append(state.after + TICK)
-                    if c.kind != "removed":
-                        rows.append((c.head.name, c.digest or "", c.spec))
-                        ids.append(c.head.version_id)
-                        starts.append(max(at, state.after + 2 * TICK) if state else at)
-                recorded = versions_insert(self.term.conn, rows, at, self.term.number,
-                                           origins=[RUNTIME_ORIGIN] * len(rows), ids=ids,
-                                           starts=starts)
-                for c in batch:
-                    self._apply(c, at, recorded, done)
+            self._record_batch(changes[i:i + ADOPT_ROWS], horizon, done)
             self.term.progress()  # committed: a term that ends now leaves this batch adopted
         if self._pending_since is not None:
             self.since = self._pending_since
         self._say(done)
         return done
+
+    def _record_batch(self, batch: list[Change], horizon: datetime | None,
+                      done: dict[str, str]) -> None:
+        states = self.in_force.states
+        conn = self.term.conn
+        specs = runtime_specs(conn, [c.head.name for c in batch if c.kind != "removed"])
+        changes = []
+        for c in batch:
+            if c.kind == "removed":
+                changes.append(c)
+            elif c.head.name in specs:  # (deleted since the look: the next look removes it)
+                head, spec, digest = specs[c.head.name]
+                kind = self._kind(head)
+                if kind is not None:
+                    changes.append(Change(head, kind, spec, digest))
+        with conn.transaction():
+            now = self.term.confirm()
+            at = min(horizon, now) if horizon is not None else now
+            gone = [(c.head.name, states[c.head.name].after + TICK) for c in changes
+                    if c.kind in ("removed", "recreated") and c.head.name in states]
+            versions_insert(conn, [(name, "removed", None) for name, _ in gone], at,
+                            self.term.number, origins=[RUNTIME_ORIGIN] * len(gone),
+                            starts=[start for _, start in gone])
+            put = [c for c in changes if c.kind != "removed"]
+            recorded = versions_insert(
+                conn, [(c.head.name, c.digest or "", c.spec) for c in put], at, self.term.number,
+                origins=[RUNTIME_ORIGIN] * len(put), ids=[c.head.version_id for c in put],
+                starts=[max(at, states[c.head.name].after + 2 * TICK)
+                        if c.head.name in states else at for c in put])
+            for c in changes:
+                self._apply(c, at, recorded, done)
 
     def _apply(self, c: Change, at: datetime, recorded: dict[str, int],
                done: dict[str, str]) -> None:

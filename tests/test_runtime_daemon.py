@@ -217,3 +217,40 @@ def test_one_namespace_both_ways(pg, setup, tmp_path):
         schedules.put(c, "file-tick", EVERY_SECOND, schema=schema)
     assert str(files / "a.toml") in str(err.value)
     assert leader.alive()
+
+
+def test_sync_rollback_and_bad_specs_with_a_running_leader(pg, setup):
+    schema, _files, daemon, conn = setup
+    leader = daemon("n1")
+    wait_for(lambda: leader_row(conn, "rt"), 30, "a leader")
+    with app(pg) as c:
+        schedules.put_many(c, {"t1.a": EVERY_SECOND, "t1.b": EVERY_SECOND}, schema=schema)
+        c.commit()
+        schedules.put(c, "never", EVERY_SECOND, schema=schema)
+        c.rollback()  # a rolled-back put: nothing, ever
+        with pytest.raises(ScheduleError):  # a bad spec beside a good one: neither written
+            schedules.put_many(c, {"also-never": EVERY_SECOND,
+                                   "bad": {**EVERY_SECOND, "misfire": "whenever"}},
+                               schema=schema)
+        c.rollback()
+    wait_for(lambda: jobs(conn, "t1.a") and jobs(conn, "t1.b"), 20, "both fire")
+    with app(pg) as c:
+        schedules.sync(c, {"t1.b": {**EVERY_SECOND, "cron": "*/2 * * * * *"},
+                           "t1.c": EVERY_SECOND}, prefix="t1.", schema=schema)
+        c.commit()
+        synced = db_now(c)
+    wait_for(lambda: jobs(conn, "t1.c"), 20, "the synced new one fires")
+    leader.wait_log(lambda r: r.get("action") == "schedule_removed"
+                    and r.get("schedule") == "t1.a", 10, "t1.a removed by the sync")
+    time.sleep(2)
+    assert [at for at in jobs(conn, "t1.a") if at > synced] == []
+    versions = conn.execute("SELECT count(*) FROM schedule_versions WHERE schedule = 't1.b'"
+                            ).fetchone()[0]
+    assert versions == 2
+    for name in ("never", "also-never", "bad"):
+        assert conn.execute("SELECT count(*) FROM schedule_versions WHERE schedule = %s",
+                            (name,)).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM runtime_schedules WHERE name = %s",
+                            (name,)).fetchone()[0] == 0
+        assert jobs(conn, name) == []
+    assert_audit_clean(conn)

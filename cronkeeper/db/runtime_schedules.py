@@ -178,15 +178,24 @@ def runtime_xmin(conn: psycopg.Connection) -> int:
 def runtime_heads(conn: psycopg.Connection, *, after: str = "", limit: int | None = None,
                   since: int | None = None) -> list[RuntimeHead]:
     """The heads of a page of rows by name (``after``, ``limit``: a term's first look at all
-    of them), or of the rows written by transactions at or above ``since`` (the poll)."""
-    rows = conn.execute(
-        """
-        SELECT name, version_id, incarnation, deleted_at IS NOT NULL FROM runtime_schedules
-        WHERE name > %(after)s AND (%(since)s::int8 IS NULL OR xid >= %(since)s::text::xid8)
-        ORDER BY name LIMIT %(limit)s
-        """,
-        {"after": after, "limit": limit, "since": since},
-    ).fetchall()
+    of them), or (``since``) of the rows written by transactions at or above that xid: the
+    poll, a range scan of the xid index, whatever the number of rows."""
+    if since is not None:
+        rows = conn.execute(
+            """
+            SELECT name, version_id, incarnation, deleted_at IS NOT NULL FROM runtime_schedules
+            WHERE xid >= %(since)s::text::xid8
+            """,
+            {"since": since},
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            """
+            SELECT name, version_id, incarnation, deleted_at IS NOT NULL FROM runtime_schedules
+            WHERE name > %(after)s ORDER BY name LIMIT %(limit)s
+            """,
+            {"after": after, "limit": limit},
+        ).fetchall()
     return [RuntimeHead(*r) for r in rows]
 
 

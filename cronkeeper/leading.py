@@ -34,6 +34,7 @@ from cronkeeper.db.notifications import notifications_prune
 from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.notify.missing import MissingWatch
 from cronkeeper.outage import OutageReport, kind_of
+from cronkeeper.runtime_adoption import record_calendars
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import Scheduler, TickReport
 from cronkeeper.term import Term
@@ -144,6 +145,7 @@ class LeaderLoop:
         scheduler.tick_until_current()  # periods due under the versions in force, up to now
         if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
             scheduler.adopt(self.schedules)
+            record_calendars(term, self.schedules)
             scheduler.adopt_runtime()
         _settle_heap()
         self.current.set()
@@ -159,6 +161,7 @@ class LeaderLoop:
                 if scheduler.behind:  # stopping mid catch-up: the new set waits for the next leader
                     break
                 scheduler.adopt(pending)
+                record_calendars(term, pending)
                 self.schedules = pending
                 _settle_heap()
             if self._runtime.is_set() or clock.monotonic() >= next_look:
@@ -256,7 +259,6 @@ class LeaderLoop:
                 report.lost, extra={"action": "claim_lost", "term": term.number},
             )
         if self.metrics is not None:
-            # the owners of runtime schedules, which the file set lacks
-            states = scheduler.states if scheduler is not None else {}
+            states = scheduler.states if scheduler is not None else {}  # runtime ones' owners
             self.metrics.observe_tick(report, self.schedules, owner_of=lambda name: (
                 states[name].spec.owner if name in states else None))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronkeeper.db.calendars import calendars_record
 from cronkeeper.db.runtime_schedules import (
     RuntimeHead,
     runtime_fence,
@@ -34,7 +35,8 @@ from cronkeeper.db.runtime_schedules import (
 )
 from cronkeeper.db.schedule_versions import versions_insert
 from cronkeeper.errors import CronkeeperError, LeadershipLost
-from cronkeeper.schedule.model import read_stored_version
+from cronkeeper.schedule.model import ScheduleSet, read_stored_version
+from cronkeeper.term import Term
 from cronkeeper.versions import (
     ADOPT_ROWS,
     LOAD_ROWS,
@@ -42,6 +44,7 @@ from cronkeeper.versions import (
     RUNTIME_ORIGIN,
     ScheduleState,
     VersionsInForce,
+    file_origin_of,
 )
 
 log = logging.getLogger("cronkeeper.runtime")
@@ -203,6 +206,20 @@ class RuntimeAdopter:
         elif done:
             log.info("runtime schedules adopted: %d", len(done), extra={
                 "action": "schedules_adopted", "source": "runtime", "term": self.term.number})
+
+
+def record_calendars(term: Term, schedules: ScheduleSet) -> None:
+    """Record the calendars the file set defines, for runtime specs to name (the files are on
+    this host, not in the database): after each adoption of a file set, one fenced statement;
+    an unchanged set writes nothing."""
+    rows = [(c.name, c.iso_dates(), file_origin_of(path)) for c, path in schedules.calendars]
+    with term.conn.transaction():
+        term.confirm()
+        written, removed = calendars_record(term.conn, rows, term.number)
+    term.progress()
+    if written or removed:
+        log.info("calendars recorded for runtime schedules: %d written, %d removed", written,
+                 removed, extra={"action": "calendars_recorded", "term": term.number})
 
 
 def held_back(conn: Any, states: Mapping[str, ScheduleState],

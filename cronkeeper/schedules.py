@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
+from datetime import date
 from typing import Any
 
 from cronkeeper import clock
 from cronkeeper.db import runtime_schedules as db
+from cronkeeper.db.calendars import calendars_named
 from cronkeeper.db.schedule_versions import versions_file_held
 from cronkeeper.errors import UsageError
 from cronkeeper.schedule.diagnostics import Diagnostic
 from cronkeeper.schedule.runtime import RUNTIME, check_specs, schedule_error
+from cronkeeper.timing.calendars import Calendar
 
 __all__ = ["delete", "get", "list", "put", "put_many", "sync"]
 
@@ -97,7 +100,8 @@ def list(connection: Any, prefix: str | None = None, *,  # noqa: A001 - SPEC §1
 def _put(connection: Any, specs: Mapping[str, Mapping[str, Any]], schema: str,
          what: str) -> dict[str, int]:
     _mapping(what, specs)
-    checked = check_specs(specs, now=clock.wall())
+    checked = check_specs(specs, now=clock.wall(), calendars=calendars_for(connection, specs,
+                                                                              schema))
     names = [c.spec.name for c in checked]
     held = versions_file_held(connection, names, schema) if names else {}
     if held:
@@ -105,6 +109,23 @@ def _put(connection: Any, specs: Mapping[str, Mapping[str, Any]], schema: str,
     rows = [(c.spec.name, c.given, c.canonical, c.digest) for c in checked]
     written = db.runtime_write(connection, schema, rows, f"{what}: writing runtime schedules")
     return {name: written[name][0] for name in names}
+
+
+def calendars_for(connection: Any, specs: Mapping[Any, Any], schema: str
+                  ) -> dict[str, tuple[Calendar, str | None]]:
+    """The calendars the leader recorded from the files, when a spec names one (else none is
+    read): {name: (calendar, its file)}."""
+    if not any(isinstance(t, Mapping) and "calendar" in t for t in specs.values()):
+        return {}
+    found = calendars_named(connection, schema, [])
+    out = {}
+    for name, (dates, origin) in found.items():
+        try:
+            out[name] = (Calendar.of(name, [date.fromisoformat(d) for d in dates]),
+                         (origin or "").removeprefix("file:") or None)
+        except (TypeError, ValueError):  # a row written by hand: as if it were not there
+            continue
+    return out
 
 
 def _mapping(what: str, specs: Any) -> None:

@@ -215,7 +215,12 @@ RUNTIME_ORIGIN = "runtime"  # schedule_versions.origin of a runtime schedule's v
 def file_origin(spec: ScheduleSpec | None) -> str | None:
     """schedule_versions.origin of a file schedule's version: its file (what a runtime put of
     the name is told); None for a removal."""
-    return None if spec is None else "file:" + os.path.abspath(spec.file) if spec.file else "file:"
+    return None if spec is None else file_origin_of(spec.file)
+
+
+def file_origin_of(path: str) -> str:
+    """'file:<absolute path>' (or 'file:' when the path is unknown)."""
+    return "file:" + os.path.abspath(path) if path else "file:"
 
 
 def job_columns(spec: ScheduleSpec) -> JobColumns:

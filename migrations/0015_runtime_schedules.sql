@@ -1,6 +1,6 @@
 -- oldest release: 0.1.0
 -- cronkeeper schema, version 15: schedules defined at runtime (issue 22; SPEC §15;
--- docs/runtime-schedules.md). Additive: a table and a nullable column, which code
+-- docs/runtime-schedules.md). Additive: two tables and a nullable column, which code
 -- older than this release never reads or writes.
 --
 -- runtime_schedules: the runtime schedules as the applications' transactions left them
@@ -47,3 +47,16 @@ CREATE INDEX runtime_schedules_xid ON runtime_schedules (xid);
 -- Where a version came from: 'runtime' (cronkeeper.schedules), 'file:<path>' (the schedule file
 -- that defined it when the leader recorded it), NULL (recorded before this release: a file).
 ALTER TABLE schedule_versions ADD COLUMN origin text;
+
+-- The calendars the schedule files define ([calendars.NAME]), as the leader recorded them when it
+-- adopted the file set: what a runtime spec's `calendar = "NAME"` resolves against (the files
+-- live on the daemons' hosts, not in the database). A put stores the dates it resolved in its
+-- version, as a file schedule's version holds them. removed_at: no longer in the files.
+CREATE TABLE calendars (
+    name          text PRIMARY KEY,
+    dates         jsonb NOT NULL,
+    origin        text,
+    recorded_at   timestamptz NOT NULL DEFAULT now(),
+    removed_at    timestamptz,
+    term          bigint NOT NULL
+);

@@ -248,7 +248,7 @@ DB_NOUNS = {
     "instances": ("instances_",), "leadership": ("leadership_", "lock_"),
     "effects": ("effects_",), "relay_routes": ("relay_routes_",),
     "notifications": ("notifications_",), "notification_subjects": ("subjects_",),
-    "runtime_schedules": ("runtime_",),
+    "runtime_schedules": ("runtime_",), "calendars": ("calendars_",),
 }
 # The private fast paths of db/, each beside the reference a differential test holds it to:
 # nothing outside db/ calls them (tests do, to compare them).

@@ -223,3 +223,31 @@ def test_the_fence_sees_an_uncommitted_delete_and_no_put(engine, schema, databas
             # ... while a change of it goes through
             schedules.put(app_conn, "b", {**SPEC, "owner": "again"}, schema=schema)
             app_conn.commit()
+
+
+def test_a_spec_names_a_calendar_the_leader_recorded_from_the_files(engine, schema):
+    from cronkeeper.db.calendars import calendars_record
+    from cronkeeper.db.engine import driver
+
+    with engine.connect() as conn:
+        raw = driver(conn)
+        raw.execute(f'SET search_path = "{schema}"')
+        assert calendars_record(raw, [("holidays", ["2026-12-25", "2026-12-26"], "file:/s/h.toml"),
+                                      ("old", ["2026-01-01"], "file:/s/h.toml")], 1) == (2, 0)
+        assert calendars_record(raw, [("holidays", ["2026-12-25", "2026-12-26"],
+                                       "file:/s/h.toml")], 2) == (0, 1)  # 'old' left the files
+        raw.commit()
+    with engine.begin() as conn:
+        schedules.put(conn, "xmas-aware", {**SPEC, "calendar": "holidays",
+                                           "on_calendar": "next_day"}, schema=schema)
+    (canonical,) = rows(engine, "SELECT canonical FROM runtime_schedules")[0]
+    assert canonical["calendar"] == {"name": "holidays", "dates": ["2026-12-25", "2026-12-26"]}
+    assert canonical["on_calendar"] == "next_day"
+    with engine.connect() as conn:
+        assert schedules.get(conn, "xmas-aware", schema=schema)["calendar"] == "holidays"
+    for name, message in (("holidayz", "unknown calendar 'holidayz'; did you mean 'holidays'?"),
+                          ("old", "unknown calendar 'old'; define it as [calendars.old] in a "
+                                  "schedule file")):
+        with engine.begin() as conn, pytest.raises(ScheduleError) as err:
+            schedules.put(conn, "x", {**SPEC, "calendar": name}, schema=schema)
+        assert err.value.problems == [{"schedule": "x", "message": message}]

@@ -254,3 +254,24 @@ def test_sync_rollback_and_bad_specs_with_a_running_leader(pg, setup):
                             (name,)).fetchone()[0] == 0
         assert jobs(conn, name) == []
     assert_audit_clean(conn)
+
+
+def test_a_runtime_schedule_names_a_calendar_the_files_define(pg, setup):
+    """Issue 25 item 4: the leader records the files' calendars; a put names one, and its
+    periods on the listed dates are skipped (reason calendar), never missing."""
+    schema, files, daemon, conn = setup
+    today = db_now(conn).date()
+    days = [str(today - timedelta(days=1)), str(today), str(today + timedelta(days=1))]
+    write_schedules(files, {"a.toml": schedule_toml("file-tick", every="5s"),
+                            "cal.toml": f"[calendars.closed]\ndates = {json.dumps(days)}\n"})
+    daemon("n1")
+    wait_for(lambda: conn.execute("SELECT count(*) FROM calendars WHERE name = 'closed'"
+                                  ).fetchone()[0], 30, "the leader records the calendar")
+    put_now(pg, schema, "closed-days", {**EVERY_SECOND, "calendar": "closed"})
+    wait_for(lambda: conn.execute("SELECT count(*) FROM periods WHERE schedule = 'closed-days'"
+                                  ).fetchone()[0] >= 3, 20, "its periods decided")
+    outcomes = conn.execute("SELECT DISTINCT outcome, reason FROM periods "
+                            "WHERE schedule = 'closed-days'").fetchall()
+    assert outcomes == [("skipped", "calendar")]
+    assert jobs(conn, "closed-days") == []
+    assert_audit_clean(conn)

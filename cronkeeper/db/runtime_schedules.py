@@ -133,10 +133,11 @@ class RuntimeRow:
     spec: dict[str, Any]
     version_id: int
     updated_at: Any
+    canonical: dict[str, Any]  # the spec as its version stores it (a calendar's dates in it)
 
 
 _LIST = """
-SELECT name, spec, version_id, updated_at FROM {s}runtime_schedules
+SELECT name, spec, version_id, updated_at, canonical FROM {s}runtime_schedules
 WHERE deleted_at IS NULL
   AND (%(names)s::text[] IS NULL OR name = ANY(%(names)s::text[]))
   AND (%(prefix)s::text IS NULL OR starts_with(name, %(prefix)s::text))

@@ -78,6 +78,17 @@ runtime_schedules = sa.Table(
     sa.Column("deleted_at", TS),
 )
 
+# migrations/0015_runtime_schedules.sql: the files' calendars, for runtime specs to name
+calendars = sa.Table(
+    "calendars", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("dates", JSONB, nullable=False),
+    sa.Column("origin", sa.Text),
+    sa.Column("recorded_at", TS, nullable=False),
+    sa.Column("removed_at", TS),
+    sa.Column("term", sa.BigInteger, nullable=False),
+)
+
 schedule_controls = sa.Table(
     "schedule_controls", metadata,
     sa.Column("schedule", sa.Text, primary_key=True),

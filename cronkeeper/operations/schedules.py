@@ -75,8 +75,10 @@ def put_from_file(engine: Engine, schema: str, name: str, path: str) -> tuple[in
     def line_of(schedule: str) -> Callable[..., int]:
         return lambda *keys: index.line(schedule, *keys) if headed else index.line(*keys)
 
-    check_specs({name: table}, now=clock.wall(), file=path, line_of=line_of)  # file:line problems
     with translate_errors("writing the runtime schedule"), engine.begin() as conn:
+        known = api.calendars_for(conn, {name: table}, schema)
+        check_specs({name: table}, now=clock.wall(), file=path, line_of=line_of,
+                    calendars=known)  # its problems with file and line
         before = runtime_list(conn, None, names=[name])
         version = api.put(conn, name, table, schema=schema)
     return version, not before or before[0].version_id != version
@@ -97,7 +99,7 @@ def stored_spec(engine: Engine, name: str) -> ScheduleSpec | None:
         versions = versions_all(conn, [name]) if not rows else []  # oldest first
         conn.rollback()
     if rows:
-        return check_specs({name: rows[0].spec}, now=clock.wall())[0].spec
+        return read_stored_version(name, rows[0].version_id, rows[0].canonical)[0]
     if versions and versions[-1][2] is not None:
         return read_stored_version(name, versions[-1][0], versions[-1][2])[0]
     return None

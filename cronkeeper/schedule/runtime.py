@@ -1,7 +1,8 @@
 """Runtime specs (``cronkeeper.schedules``): a mapping with exactly the keys of a schedule table
 in a file, validated by the very rules and messages of ``cronkeeper validate``
 (:func:`cronkeeper.schedule.validate.check_schedule`), plus what only a runtime spec must not
-do: name a ``command`` (argv comes only from the schedule files on the workers, SPEC §7).
+do: name a ``command`` (argv comes only from the schedule files on the workers, SPEC §7). A
+``calendar`` names one the schedule files define, as the leader recorded it in the database.
 
 :func:`check_specs` returns each valid spec with the texts a put stores, or raises
 :class:`ScheduleError` listing every problem of every spec at once (``.problems``).
@@ -15,16 +16,16 @@ from datetime import datetime
 from typing import Any
 
 from cronkeeper.errors import ScheduleError
+from cronkeeper.schedule import calendars as cal
 from cronkeeper.schedule import values as v
 from cronkeeper.schedule.diagnostics import Diagnostic
 from cronkeeper.schedule.model import ScheduleSpec
 from cronkeeper.schedule.validate import Memo, check_schedule
+from cronkeeper.timing.calendars import Calendar
 
 RUNTIME = "<runtime>"  # the "file" of a runtime spec's diagnostics
 COMMAND_REFUSED = ("'command' is not accepted at runtime: argv comes only from the schedule "
                    "files on the workers; define this schedule in a file, or give a 'task'")
-CALENDAR_REFUSED = ("'calendar' is not available to runtime schedules yet: calendars are "
-                    "defined in schedule files, which the database does not hold")
 
 
 class Checked:
@@ -42,10 +43,13 @@ class Checked:
 def check_specs(
     specs: Mapping[Any, Any], *, now: datetime, file: str = RUNTIME,
     line_of: Callable[..., Callable[..., int]] | None = None,
+    calendars: Mapping[str, tuple[Calendar, str | None]] | None = None,
 ) -> list[Checked]:
     """Validate every spec of ``specs`` ({name: mapping}); raise ScheduleError with every
     problem of every spec (warnings are not problems). ``line_of(name)``: the line function of
-    a spec read from a file (``cronkeeper schedules put --from FILE``); none: line 0."""
+    a spec read from a file (``cronkeeper schedules put --from FILE``); none: line 0.
+    ``calendars``: {name: (calendar, its file)} a spec's ``calendar`` may name (those the
+    leader recorded from the files), resolved as the loader resolves a file's."""
     memo = Memo()
     problems: list[Diagnostic] = []
     checked: list[Checked] = []
@@ -68,8 +72,6 @@ def check_specs(
         before = len(problems)
         if "command" in table:
             problems.append(Diagnostic(file, lines("command"), name, COMMAND_REFUSED))
-        if "calendar" in table:
-            problems.append(Diagnostic(file, lines("calendar"), name, CALENDAR_REFUSED))
         spec, diags = check_schedule(name, table, file=file, line_of=lines, now=now, memo=memo,
                                      warnings_needed=False)
         problems.extend(diags)
@@ -79,11 +81,27 @@ def check_specs(
             if not diags:  # (the checks above name the key where they can)
                 problems.append(Diagnostic(file, lines(), name, f"not strict JSON: {exc}"))
             continue
+        if spec is not None and "calendar" in table:
+            spec = _with_calendar(spec, table["calendar"], calendars or {}, file,
+                                  lines("calendar"), problems)
         if spec is not None and len(problems) == before:
             checked.append(Checked(spec, given))
     if problems:
         raise schedule_error(problems)
     return checked
+
+
+def _with_calendar(spec: ScheduleSpec, name: str,
+                   calendars: Mapping[str, tuple[Calendar, str | None]], file: str, line: int,
+                   problems: list[Diagnostic]) -> ScheduleSpec | None:
+    """``spec`` with the dates of the calendar it names, resolved by the loader's rules and
+    messages (``schedule.calendars.resolve``); None, with the problem, when it cannot be."""
+    defs = [cal.CalendarDef(n, origin or "the schedule files", 0, calendar)
+            for n, (calendar, origin) in calendars.items()]
+    resolved, _, diags = cal.resolve(defs, [cal.CalendarRef(spec.name, name, file, line)])
+    problems.extend(diags)
+    found = resolved.get(spec.name)
+    return spec.with_calendar(found) if found is not None else None
 
 
 def schedule_error(problems: list[Diagnostic]) -> ScheduleError:

@@ -80,9 +80,17 @@ def runtime_write(connection: Any, schema: str, rows: Sequence[tuple[str, str, s
                   action: str) -> dict[str, tuple[int, bool]]:
     """Put ``rows`` (name, spec JSON, canonical JSON, digest) in one statement, in the
     caller's transaction; return {name: (version id, written)}: ``written`` False where the
-    stored spec was already this one (nothing was written for it)."""
+    stored spec was already this one (nothing was written for it). The digests stored are
+    looked at first, so the specs of unchanged rows are not even sent (a sync that changes
+    little costs an index look-up per name); the statement checks them again."""
     if not rows:
         return {}
+    stored = runtime_digests(connection, schema, [r[0] for r in rows], action)
+    same = {r[0]: (stored[r[0]][1], False) for r in rows
+            if r[0] in stored and stored[r[0]][0] == r[3]}
+    rows = [r for r in rows if r[0] not in same]
+    if not rows:
+        return same
     document = "[" + ",".join(
         f'{{"name":{json.dumps(n)},"spec":{s},"canonical":{c},"digest":{json.dumps(d)}}}'
         for n, s, c, d in rows) + "]"
@@ -97,7 +105,17 @@ def runtime_write(connection: Any, schema: str, rows: Sequence[tuple[str, str, s
             raise DatabaseError(f"{action}: another transaction created one of these schedules "
                                 f"at the same time; retry ({exc})") from exc
         raise
-    return {name: (int(version_id), bool(written)) for name, version_id, written in found}
+    return {**same, **{name: (int(version_id), bool(written))
+                       for name, version_id, written in found}}
+
+
+def runtime_digests(connection: Any, schema: str, names: Sequence[str], action: str
+                    ) -> dict[str, tuple[str, int]]:
+    """{name: (digest, version id)} of the live runtime schedules among ``names``."""
+    sql = (f"SELECT name, digest, version_id FROM {_in(schema)}runtime_schedules"
+           " WHERE name = ANY(%(names)s::text[]) AND deleted_at IS NULL")
+    return {n: (d, int(v)) for n, d, v in caller_rows(connection, sql, {"names": list(names)},
+                                                       action)}
 
 
 _DELETE = """

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psycopg  # noqa: E402
-from burst_vs_apscheduler import ReadySocket  # noqa: E402
+from burst_vs_apscheduler import ReadySocket, cpu_seconds  # noqa: E402
 from daemon_harness import Daemon, PrivatePostgres, set_path, wait_for  # noqa: E402
 
 from cronkeeper import schedules  # noqa: E402
@@ -70,9 +70,9 @@ def memory(pid: int) -> tuple[float, float]:
 
 
 def run_daemon(pg: PrivatePostgres, schema: str, files: Path, root: Path, label: str,
-               n: int) -> list[tuple[str, float, float, float, float]]:
+               n: int) -> list[tuple[str, float, float, float, float, float]]:
     """Start, wait for leading, measure; restart, the same. Rows: (start, ready, leading, rss,
-    hwm)."""
+    hwm, daemon CPU seconds to leading)."""
     rows = []
     for start in ("first start", "restart"):
         daemon = Daemon(url=pg.url, schema=schema, cluster=f"b-{label}", schedules=files,
@@ -90,14 +90,15 @@ def run_daemon(pg: PrivatePostgres, schema: str, files: Path, root: Path, label:
         try:
             record = daemon.wait_log(lambda r: r.get("action") == "leading", 600, "leading")
             leading = time.monotonic() - began
+            cpu = cpu_seconds(daemon.pid)
             wait_for(lambda ready=ready: ready.ready_at is not None, 60, "READY=1")
             assert ready.ready_at is not None
             time.sleep(2)  # a tick or two in force
             rss, hwm = memory(daemon.pid)
-            rows.append((start, ready.ready_at - began, leading, rss, hwm))
+            rows.append((start, ready.ready_at - began, leading, rss, hwm, cpu))
             print(f"{label:>7} {start:<11}: READY=1 {ready.ready_at - began:6.2f} s, leading "
-                  f"{leading:6.2f} s ({record.get('message')}), RSS {rss:6.0f} MiB, peak "
-                  f"{hwm:6.0f} MiB", flush=True)
+                  f"{leading:6.2f} s ({record.get('message')}; {cpu:.1f} s of daemon CPU), "
+                  f"RSS {rss:6.0f} MiB, peak {hwm:6.0f} MiB", flush=True)
         finally:
             ready.close()
             daemon.stop(120)
@@ -181,11 +182,13 @@ def main() -> None:
         empty.mkdir()
         runtime_rows = run_daemon(pg, runtime_schema, empty, root, "runtime", n)
         print(f"\n{n:,} schedules: runtime / files")
-        for (start, ready_f, lead_f, rss_f, hwm_f), (_, ready_r, lead_r, rss_r, hwm_r) in zip(
-                file_rows, runtime_rows, strict=True):
+        for (start, ready_f, lead_f, rss_f, hwm_f, cpu_f), (
+                _, ready_r, lead_r, rss_r, hwm_r, cpu_r) in zip(file_rows, runtime_rows,
+                                                                strict=True):
             print(f"  {start:<11}: READY=1 {ready_r:.2f} / {ready_f:.2f} s "
                   f"({ready_r / ready_f:.2f}x), leading {lead_r:.2f} / {lead_f:.2f} s "
-                  f"({lead_r / lead_f:.2f}x), RSS {rss_r:.0f} / {rss_f:.0f} MiB "
+                  f"({lead_r / lead_f:.2f}x; daemon CPU {cpu_r:.1f} / {cpu_f:.1f} s, "
+                  f"{cpu_r / cpu_f:.2f}x), RSS {rss_r:.0f} / {rss_f:.0f} MiB "
                   f"({rss_r / rss_f:.2f}x), peak {hwm_r:.0f} / {hwm_f:.0f} MiB "
                   f"({hwm_r / hwm_f:.2f}x)", flush=True)
 

@@ -79,7 +79,8 @@ class Daemon:
         # Runtime schedule changes (cronkeeper.schedules) NOTIFY at commit: the leader looks at
         # once (and every second without it: LeaderOptions.runtime_poll).
         self.listener = Wakeups(engine, schema, 1.0, self.loop.runtime_changed,
-                                self.node.stopping, channel=schedules_channel(schema))
+                                self.node.stopping, channel=schedules_channel(schema),
+                                who="scheduler (runtime schedules)")
 
     # -- from signal handlers -------------------------------------------------------------------
     def request_stop(self) -> None:

@@ -31,6 +31,7 @@ from cronkeeper import clock
 from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
 from cronkeeper.db.notifications import notifications_prune
+from cronkeeper.db.runtime_schedules import runtime_prune
 from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.notify.missing import MissingWatch
 from cronkeeper.outage import OutageReport, kind_of
@@ -186,17 +187,16 @@ class LeaderLoop:
     def _prune(self, term: Term) -> None:
         with term.conn.transaction():
             term.confirm()
-            counts = dbp.prune(
-                term.conn,
-                jobs_days=self.options.retention_jobs_days,
-                periods_days=self.options.retention_periods_days,
-                batch=self.options.prune_batch,
-            )
+            counts = dbp.prune(term.conn, jobs_days=self.options.retention_jobs_days,
+                               periods_days=self.options.retention_periods_days,
+                               batch=self.options.prune_batch)
             notes = notifications_prune(term.conn, days=self.options.retention_jobs_days,
                                         batch=self.options.prune_batch)
-        if any(counts) or notes:
-            log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d", *counts, notes,
-                     extra={"action": "pruned"})
+            gone = runtime_prune(term.conn, days=self.options.retention_jobs_days,
+                                 batch=self.options.prune_batch)  # deleted runtime schedules
+        if any(counts) or notes or gone:
+            log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d tombstones=%d",
+                     *counts, notes, gone, extra={"action": "pruned"})
 
     # -- what the term says ---------------------------------------------------------------------
     def _say_refused(self, exc: BaseException, delay: float, term: int) -> None:

@@ -90,6 +90,11 @@ class RuntimeAdopter:
         else:
             heads = runtime_heads(conn, since=self.since)
         changes = self._classify(heads)
+        if self.since is None:  # a runtime schedule in force whose row is gone: removed too
+            seen = {h.name for h in heads}
+            changes += [Change(RuntimeHead(n, st.version_id, st.incarnation or 0, True), "removed")
+                        for n, st in self.in_force.states.items()
+                        if st.incarnation is not None and n not in seen]
         self._pending_since = xmin
         if not changes:
             self.since = xmin

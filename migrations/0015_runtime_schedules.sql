@@ -60,3 +60,24 @@ CREATE TABLE calendars (
     removed_at    timestamptz,
     term          bigint NOT NULL
 );
+
+-- Retention for tombstones, as prune() is for jobs: SECURITY DEFINER so the scheduler's role
+-- needs EXECUTE on it, not DELETE. Removes, at most batch_size at a time, runtime schedules
+-- deleted before `before` whose removal a leader has recorded (their newest version is a
+-- removal): a tombstone no leader has adopted yet is kept, whatever its age.
+CREATE FUNCTION runtime_schedules_prune(before timestamptz, batch_size integer)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    pruned bigint;
+BEGIN
+    DELETE FROM runtime_schedules WHERE name IN (
+        SELECT r.name FROM runtime_schedules r
+        WHERE r.deleted_at < before
+          AND (SELECT v.spec IS NULL FROM schedule_versions v WHERE v.schedule = r.name
+               ORDER BY v.active_from DESC, v.id DESC LIMIT 1)
+        ORDER BY r.deleted_at LIMIT batch_size);
+    GET DIAGNOSTICS pruned = ROW_COUNT;
+    RETURN pruned;
+END;
+$$;

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -251,3 +251,28 @@ def test_a_spec_names_a_calendar_the_leader_recorded_from_the_files(engine, sche
         with engine.begin() as conn, pytest.raises(ScheduleError) as err:
             schedules.put(conn, "x", {**SPEC, "calendar": name}, schema=schema)
         assert err.value.problems == [{"schedule": "x", "message": message}]
+
+
+def test_tombstones_are_pruned_once_a_leader_recorded_the_removal(engine, schema):
+    from cronkeeper.db.engine import driver
+    from cronkeeper.db.runtime_schedules import runtime_prune
+
+    with engine.begin() as conn:
+        ids = schedules.put_many(conn, {"adopted": SPEC, "unadopted": SPEC, "recent": SPEC,
+                                        "live": SPEC}, schema=schema)
+        for name in ("adopted", "unadopted", "recent"):
+            schedules.delete(conn, name, schema=schema)
+    with engine.connect() as conn:
+        raw = driver(conn)
+        raw.execute(f'SET search_path = "{schema}"')
+        long_ago = datetime.now(UTC) - timedelta(days=40)
+        for name in ("adopted", "recent"):  # as a leader: the version, then its removal
+            versions_insert(raw, [(name, "d", {"task": "t"})], long_ago, 1,
+                            origins=["runtime"], ids=[ids[name]])
+            versions_insert(raw, [(name, "removed", None)], long_ago + timedelta(days=1), 1,
+                            origins=["runtime"])
+        raw.execute("UPDATE runtime_schedules SET deleted_at = now() - interval '30 days'"
+                    " WHERE name IN ('adopted', 'unadopted')")
+        assert runtime_prune(raw, days=14, batch=100) == 1
+        raw.commit()
+    assert [r[0] for r in rows(engine)] == ["live", "recent", "unadopted"]

@@ -261,3 +261,11 @@ def runtime_live_names(conn: sa.Connection | psycopg.Connection) -> set[str]:
     ``source = runtime``."""
     return {r[0] for r in driver(conn).execute(
         "SELECT name FROM runtime_schedules WHERE deleted_at IS NULL")}
+
+
+def runtime_prune(conn: psycopg.Connection, *, days: float, batch: int) -> int:
+    """Retention (the SECURITY DEFINER ``runtime_schedules_prune()``): tombstones older than
+    ``days`` whose removal a leader has recorded."""
+    return int(one_row(conn.execute(
+        "SELECT runtime_schedules_prune(clock_timestamp() - make_interval(days => %(d)s::int),"
+        " %(b)s)", {"d": int(days), "b": batch}))[0])

@@ -14,13 +14,17 @@ import logging
 import threading
 
 from cronkeeper import clock, systemd
-from cronkeeper.db.engine import URL, Engine
+from cronkeeper.db.engine import URL, Engine, translate_errors
+from cronkeeper.db.runtime_schedules import runtime_live_among
+from cronkeeper.db.wake import schedules_channel
 from cronkeeper.election import Node, NodeOptions
 from cronkeeper.errors import CronkeeperError, ScheduleError
 from cronkeeper.leading import LeaderLoop
 from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.schedule import load_valid
+from cronkeeper.schedule.diagnostics import Diagnostic
 from cronkeeper.schedule.model import ScheduleSet
+from cronkeeper.worker.wakeups import Wakeups
 
 log = logging.getLogger("cronkeeper.run")
 
@@ -34,6 +38,25 @@ def load_schedules(path: str) -> ScheduleSet:
     finally:
         gc.freeze()
         gc.enable()
+
+
+def check_no_runtime_conflicts(engine: Engine, schedules: ScheduleSet) -> None:
+    """Names are one namespace across files and runtime (docs/runtime-schedules.md): a file set
+    that defines a name a live runtime schedule holds is refused as an invalid set is
+    (ScheduleError, each diagnostic naming the runtime schedule)."""
+    by_name = schedules.by_name()
+    with translate_errors("checking the schedule names against runtime schedules"), \
+            engine.connect() as conn:
+        held = runtime_live_among(conn, list(by_name))
+        conn.rollback()
+    if held:
+        diagnostics = [Diagnostic(by_name[n].file, by_name[n].line, n, (
+            f"the name is held by a runtime schedule (cronkeeper.schedules; see `cronkeeper "
+            f"schedules show {n}`): names are one namespace across files and runtime; rename "
+            "this one, or delete the runtime schedule first")) for n in held]
+        raise ScheduleError(f"{len(held)} schedule name{'s' if len(held) != 1 else ''} held "
+                            "at runtime:\n" + "\n".join(d.render() for d in diagnostics),
+                            diagnostics)
 
 
 class Daemon:
@@ -52,6 +75,12 @@ class Daemon:
         )
         self._thread = threading.Thread(target=self.node.run, name="node")
         self._reload_requested = threading.Event()
+        self.engine = engine
+        # Runtime schedule changes (cronkeeper.schedules) NOTIFY at commit: the leader looks at
+        # once (and every second without it: LeaderOptions.runtime_poll).
+        self.listener = Wakeups(engine, schema, 1.0, self.loop.runtime_changed,
+                                self.node.stopping, channel=schedules_channel(schema),
+                                who="scheduler (runtime schedules)")
 
     # -- from signal handlers -------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -64,6 +93,7 @@ class Daemon:
     # -- the process's main thread --------------------------------------------------------------
     def start(self) -> None:
         self._thread.start()
+        self.listener.start()
 
     def supervise(self) -> None:
         """Until the node's thread ends: systemd's READY=1 the moment the node has its
@@ -99,6 +129,7 @@ class Daemon:
     def _reload(self) -> None:
         try:
             schedules = load_valid([self.schedules_dir], now=clock.wall())
+            check_no_runtime_conflicts(self.engine, schedules)
         except ScheduleError as exc:
             for diag in exc.diagnostics:
                 log.error("reload refused: %s", diag.render(), extra={"action": "reload_refused"})

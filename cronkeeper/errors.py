@@ -19,11 +19,19 @@ class UnusableInput(CronkeeperError):
 
 
 class ScheduleError(CronkeeperError):
-    """Schedule files are invalid; ``diagnostics`` lists every problem."""
+    """Schedule files (or runtime specs, ``cronkeeper.schedules``) are invalid; ``diagnostics``
+    lists every problem, ``problems`` the same as ``{"schedule", "message"}`` mappings."""
 
     def __init__(self, message: str, diagnostics: list | None = None) -> None:
         super().__init__(message)
         self.diagnostics = diagnostics or []
+
+    @property
+    def problems(self) -> list[dict[str, str | None]]:
+        """Every error, each ``{"schedule": name or None, "message": text}``: the messages
+        ``cronkeeper validate`` prints."""
+        return [{"schedule": d.schedule, "message": d.message} for d in self.diagnostics
+                if str(getattr(d, "severity", "error")) == "error"]
 
 
 class UnreadableVersion(CronkeeperError, ValueError):

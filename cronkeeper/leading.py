@@ -4,12 +4,14 @@ The election (``election.Node``) wins a term and hands it to ``LeaderLoop.lead``
 ``scheduler.Scheduler`` on it::
 
     load the versions in force ─► catch up (tick until current) ─► adopt the file set
-        ─► loop: adopt a pending set (reload) · tick (heartbeat_url pinged when due, off the
-                 loop's thread: ``notify.heartbeat``) · prune every prune_interval (jobs,
-                 attempts, periods, notifications) · a step of the summarizer (each
-                 schedule's figures for status, the web and the metrics, and the audit for
-                 missing periods: ``summarizer``) · sleep until the next due instant, a wake,
-                 or heartbeat_interval
+        ─► adopt the runtime schedules (every row looked at)
+        ─► loop: adopt a pending set (reload) · adopt runtime changes (when told of a commit,
+                 ``runtime_changed``, and every runtime_poll seconds) · tick (heartbeat_url
+                 pinged when due, off the loop's thread: ``notify.heartbeat``) · prune every
+                 prune_interval (jobs, attempts, periods, notifications, runtime tombstones)
+                 · a step of the summarizer (each schedule's figures for status, the web and
+                 the metrics, and the audit for missing periods: ``summarizer``) · sleep
+                 until the next due instant, a wake, or heartbeat_interval
 
 Each bounded step of work is reported as progress (``Term.progress``: the stall watchdog's
 feed; see ``election``). ``lead`` returns when the process stops (the current tick done; the
@@ -30,8 +32,10 @@ from cronkeeper import clock
 from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
 from cronkeeper.db.notifications import notifications_prune
+from cronkeeper.db.runtime_schedules import runtime_prune
 from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.outage import OutageReport, kind_of
+from cronkeeper.runtime_adoption import record_calendars
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.scheduler import Scheduler, TickReport
 from cronkeeper.summarizer import Summarizer
@@ -51,6 +55,7 @@ class LeaderOptions:
     retention_jobs_days: float = 14.0
     retention_periods_days: float = 400.0
     prune_batch: int = 1000
+    runtime_poll: float = 1.0  # seconds between looks at runtime schedules without a NOTIFY
 
 
 def _settle_heap() -> None:
@@ -82,6 +87,7 @@ class LeaderLoop:
         self.term: Term | None = None  # the term being led, None between terms
         self.current = threading.Event()
         self._wake = threading.Event()
+        self._runtime = threading.Event()  # a runtime schedule change was committed
         self._pending: ScheduleSet | None = None
         self._refused = OutageReport()  # the term's: writes the database refuses (``lead``)
 
@@ -90,6 +96,11 @@ class LeaderLoop:
         if self.term is None:
             self.schedules = schedules  # a standby reports the digest of what it would run
         self._pending = schedules
+        self._wake.set()
+
+    def runtime_changed(self) -> None:
+        """A runtime schedule change was committed (the listener heard its NOTIFY): look now."""
+        self._runtime.set()
         self._wake.set()
 
     def wake(self) -> None:
@@ -133,18 +144,23 @@ class LeaderLoop:
 
     def _lead_once(self, term: Term) -> None:
         scheduler = Scheduler(
-            term, on_tick=lambda report: self._report(report, term),
+            term, on_tick=lambda report: self._report(report, term, scheduler),
             resume_floor=timedelta(days=self.options.retention_periods_days),
         )
         scheduler.load_versions()
         scheduler.tick_until_current()  # periods due under the versions in force, up to now
         if not scheduler.behind:  # (a stop cut the catch-up short: adopting now would leave a gap)
             scheduler.adopt(self.schedules)
+            record_calendars(term, self.schedules)
+            scheduler.adopt_runtime()
         _settle_heap()
         self.current.set()
+        log.info("leading: %d schedules in force", len(scheduler.states),
+                 extra={"action": "leading", "term": term.number})
         next_prune = clock.monotonic()
         summarizer = self.summarizer = Summarizer(notify=self.audit_missing)
         stepped = clock.monotonic()
+        next_look = clock.monotonic() + self.options.runtime_poll
         while not term.stopping.is_set():
             pending, self._pending = self._pending, None
             if pending is not None:
@@ -152,12 +168,17 @@ class LeaderLoop:
                 if scheduler.behind:  # stopping mid catch-up: the new set waits for the next leader
                     break
                 scheduler.adopt(pending)
+                record_calendars(term, pending)
                 self.schedules = pending
                 _settle_heap()
+            if self._runtime.is_set() or clock.monotonic() >= next_look:
+                self._runtime.clear()
+                scheduler.adopt_runtime()
+                next_look = clock.monotonic() + self.options.runtime_poll
             report = scheduler.tick()
             term.progress()
             if clock.monotonic() >= next_prune:
-                self._prune(term)
+                prune(term, self.options)
                 next_prune = clock.monotonic() + self.options.prune_interval
             upcoming = scheduler.next_due()
             room = None if upcoming is None else (upcoming - report.now).total_seconds()
@@ -175,21 +196,6 @@ class LeaderLoop:
             self._wake.clear()
         # graceful stop: the current tick is done; the election hands the lock over
 
-    def _prune(self, term: Term) -> None:
-        with term.conn.transaction():
-            term.confirm()
-            counts = dbp.prune(
-                term.conn,
-                jobs_days=self.options.retention_jobs_days,
-                periods_days=self.options.retention_periods_days,
-                batch=self.options.prune_batch,
-            )
-            notes = notifications_prune(term.conn, days=self.options.retention_jobs_days,
-                                        batch=self.options.prune_batch)
-        if any(counts) or notes:
-            log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d", *counts, notes,
-                     extra={"action": "pruned"})
-
     # -- what the term says ---------------------------------------------------------------------
     def _say_refused(self, exc: BaseException, delay: float, term: int) -> None:
         """Writes refused: said when it begins or changes kind, then once a minute
@@ -204,7 +210,7 @@ class LeaderLoop:
                         describe(exc), notice.lasted, notice.failures,
                         extra={"action": "db_unavailable", "term": term})
 
-    def _report(self, report: TickReport, term: Term) -> None:
+    def _report(self, report: TickReport, term: Term, scheduler: Scheduler | None = None) -> None:
         """A committed tick: progress, the heartbeat ping, its log lines, its metrics."""
         term.progress()
         if self.pinger is not None:
@@ -251,4 +257,22 @@ class LeaderLoop:
                 report.lost, extra={"action": "claim_lost", "term": term.number},
             )
         if self.metrics is not None:
-            self.metrics.observe_tick(report, self.schedules)
+            states = scheduler.states if scheduler is not None else {}  # runtime ones' owners
+            self.metrics.observe_tick(report, self.schedules, owner_of=lambda name: (
+                states[name].spec.owner if name in states else None))
+
+
+def prune(term: Term, options: LeaderOptions) -> None:
+    """Each retention's rows past their days, a batch of each, in one fenced transaction."""
+    with term.conn.transaction():
+        term.confirm()
+        counts = dbp.prune(term.conn, jobs_days=options.retention_jobs_days,
+                           periods_days=options.retention_periods_days,
+                           batch=options.prune_batch)
+        notes = notifications_prune(term.conn, days=options.retention_jobs_days,
+                                    batch=options.prune_batch)
+        gone = runtime_prune(term.conn, days=options.retention_jobs_days,
+                             batch=options.prune_batch)  # deleted runtime schedules
+    if any(counts) or notes or gone:
+        log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d tombstones=%d",
+                 *counts, notes, gone, extra={"action": "pruned"})

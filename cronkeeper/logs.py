@@ -7,7 +7,8 @@ import json
 import logging
 import sys
 
-FIELDS = ("action", "schedule", "scheduled_for", "term", "instance", "reason", "job_id", "owner")
+FIELDS = ("action", "schedule", "scheduled_for", "term", "instance", "reason", "job_id", "owner",
+          "source")
 
 
 class TextFormatter(logging.Formatter):

@@ -118,9 +118,10 @@ class Metrics:
         self.skew.set(seconds)
 
     # -- leading.LeaderLoop ----------------------------------------------------------------------
-    def observe_tick(self, report: Any, schedules: Any = None) -> None:
+    def observe_tick(self, report: Any, schedules: Any = None,
+                     owner_of: Any = None) -> None:
         """Count each decision of a ``scheduler.TickReport``; ``schedules`` (a ScheduleSet)
-        gives the owners."""
+        gives the owners, ``owner_of(name)`` those of the others (runtime schedules)."""
         if schedules is not None and schedules is not self._owners_of:
             # once per schedule set, not per tick: a tick's cost follows its decisions
             self._owners = {s.name: s.owner or "" for s in schedules.specs}
@@ -131,7 +132,9 @@ class Metrics:
         for schedule, decision, _job_id in report.decisions:
             outcome = str(decision.outcome)
             reason = str(decision.reason) if decision.reason is not None else ""
-            owner = owners.get(schedule, "")
+            owner = owners.get(schedule)
+            if owner is None:
+                owner = (owner_of(schedule) if owner_of is not None else None) or ""
             key = (schedule, owner, outcome, reason)
             counts[key] = counts.get(key, 0) + 1
             if outcome == "emitted":
@@ -229,7 +232,7 @@ class NullMetrics(Metrics):
 
     def set_leader(self, is_leader: bool, term: int | None) -> None: ...
     def set_skew(self, seconds: float) -> None: ...
-    def observe_tick(self, report: Any, schedules: Any = None) -> None: ...
+    def observe_tick(self, report: Any, schedules: Any = None, owner_of: Any = None) -> None: ...
     def job_started(self, schedule: str | None, owner: str | None) -> None: ...
 
     def job_finished(self, schedule, owner, outcome, duration_seconds, attempt, final=None) -> None:

@@ -42,6 +42,7 @@ class _Current(NamedTuple):
     active_from: datetime
     trigger: Any
     timeout: float
+    source: str = "file"  # or "runtime" (cronkeeper.schedules)
 
 
 class MissingFamily(Collector):
@@ -189,8 +190,13 @@ class ScheduleFamilies(MissingFamily):
             "Nominal instant of the schedule's next undecided period (in the past: overdue, no "
             "leader is deciding).", labels=["schedule", "owner"])
 
+        source = GaugeMetricFamily(
+            "cronkeeper_schedule_info", "1 for each schedule in force; `source` says where it "
+            "is defined: file, or runtime (cronkeeper.schedules).",
+            labels=["schedule", "owner", "source"])
         known = self._next
-        for name, (version_id, owner, active_from, trigger, _) in current.items():
+        for name, (version_id, owner, active_from, trigger, _, origin) in current.items():
+            source.add_metric([name, owner, origin], 1)
             if name in emitted:
                 last_fire.add_metric([name, owner], emitted[name].timestamp())
             after = max(active_from, last[name][0]) if name in last else active_from
@@ -212,7 +218,7 @@ class ScheduleFamilies(MissingFamily):
             "figure computed by the scraped process).")
         if rows:
             summarized.add_metric([], max(0.0, max(r.age_seconds for r in rows.values())))
-        families = [last_fire, next_fire, summarized,
+        families = [last_fire, next_fire, source, summarized,
                     *self._runtime_families(conn, current, rows)]
         if self.audit:
             families.append(self._missing_family(current, rows, now))
@@ -285,7 +291,8 @@ class ScheduleFamilies(MissingFamily):
                 self._warn_once(str(exc))
                 continue
             current[name] = _Current(version_id, sys.intern(spec.owner or ""), active_from, trigger,
-                                     spec.timeout)
+                                     spec.timeout,
+                                     "runtime" if row.origin == "runtime" else "file")
         with self._lock:
             self._current, self._versions_stamp = current, stamp
             self._next = {n: v for n, v in self._next.items() if n in current}

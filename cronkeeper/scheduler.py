@@ -23,6 +23,7 @@ from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.sessions import db_now
 from cronkeeper.due import DueQueue, Memo
 from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
+from cronkeeper.runtime_adoption import RuntimeAdopter, held_back
 from cronkeeper.schedule.model import Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.term import Term
 from cronkeeper.versions import ScheduleState, VersionsInForce, job_columns
@@ -35,6 +36,9 @@ MAX_PERIODS_PER_SCHEDULE_TICK = 5_000  # a long outage is worked off over severa
 # burst is decided over consecutive ticks, each committed alone.
 MAX_PERIODS_PER_TICK = 5_000
 BATCH_ROWS = 1_000  # periods per batch: a chunk of the tick's COPY, or one claim statement
+# A runtime schedule the claim's fence held back (``runtime_adoption.held_back``) is looked at
+# again then.
+FENCE_RETRY = timedelta(milliseconds=200)
 
 
 @dataclass(slots=True)
@@ -56,6 +60,7 @@ class Scheduler:
         self.conn = term.conn
         self.on_tick = on_tick
         self.in_force = VersionsInForce(term, resume_floor)
+        self.runtime = RuntimeAdopter(self.in_force)
         self._due = DueQueue()
         self._horizon: datetime | None = None  # the last tick decided every period up to here
         self.behind = False  # the last tick left due periods for the next one (a long outage)
@@ -78,6 +83,20 @@ class Scheduler:
         if changes:
             self._refile()
         return changes
+
+    def adopt_runtime(self) -> dict[str, str]:
+        """Adopt runtime schedules' committed changes, a tick first (``runtime_adoption``)."""
+        changes = self.runtime.look()
+        if not changes:
+            return {}
+        self.tick_until_current()
+        if self.behind:  # stopping mid catch-up: the next term looks again
+            return {}
+        done = self.runtime.record(changes, self._horizon)
+        for name, state in ((n, self.states.get(n)) for n in done):
+            if state is not None and state.next_fire is not None:
+                self._due.push(state.next_fire, name)
+        return done
 
     def _refile(self) -> None:
         # progress every ADOPT_ROWS schedules, as adopt does (read at call time: a test sets it)
@@ -159,6 +178,9 @@ class Scheduler:
         rows sent and the claims that came back (turned into the report after the commit)."""
         now = self.term.confirm()
         states = self.states
+        for name in held_back(self.conn, states, due):  # the claim's fence: looked at again
+            del due[name]
+            self._due.push(now + FENCE_RETRY, name)
         paused = controls_paused(self.conn)
         busy = outbox_unfinished(
             self.conn,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,6 +49,9 @@ class ScheduleState:
     after: datetime  # every period up to and including this instant is decided
     family: Family  # what decides its claims besides its name, version and periods
     next_fire: datetime | None = None
+    # A runtime schedule's incarnation (``runtime_adoption``; the claim's fence compares it);
+    # -1: a runtime schedule whose incarnation the term has not read yet; None: a file's.
+    incarnation: int | None = None
 
 
 class Family(NamedTuple):
@@ -105,8 +109,9 @@ class VersionsInForce:
                               exc, extra={"action": "version_unreadable", "schedule": v.schedule})
                     continue
                 after = max(last.get(v.schedule, v.active_from), v.active_from, floor)
-                self.states[v.schedule] = ScheduleState(spec, v.id, trigger, after,
-                                                        self._family(spec))
+                self.states[v.schedule] = ScheduleState(
+                    spec, v.id, trigger, after, self.family(spec),
+                    incarnation=-1 if v.origin == RUNTIME_ORIGIN else None)
             self.term.progress()
             if len(page) < LOAD_ROWS:
                 break
@@ -118,6 +123,13 @@ class VersionsInForce:
         active from there. Call right after a tick, which decided every period up to that
         horizon under the old versions. Returns {schedule: 'new'|'changed'|'removed'}."""
         wanted = schedules.by_name()
+        held = [n for n, state in self.states.items()
+                if state.incarnation is not None and n in wanted]
+        for name in held:  # a put won the name first (daemon.runtime_conflicts refuses the set)
+            log.error("schedule %s: the file schedule (%s) is not adopted: the name is held by "
+                      "a runtime schedule (cronkeeper.schedules)", name, wanted[name].file,
+                      extra={"action": "schedule_conflict", "schedule": name})
+            del wanted[name]
         changes: dict[str, str] = {}
         # In steps of ADOPT_ROWS schedules compared, their changes recorded in a transaction
         # fenced and heartbeating, each step reported as progress: 100,000 new schedules are
@@ -138,7 +150,8 @@ class VersionsInForce:
                 state.spec = spec
             if n % ADOPT_ROWS == 0:
                 at, rows = self._record(rows, at, horizon, ids), []
-        for name in self.states.keys() - wanted.keys():
+        for name in [n for n, state in self.states.items()
+                     if state.incarnation is None and n not in wanted]:
             changes[name] = "removed"
             rows.append((name, None))
             if len(rows) >= ADOPT_ROWS:
@@ -157,7 +170,7 @@ class VersionsInForce:
                     raise LeadershipLost("a concurrent leader recorded schedule versions")
                 spec = wanted[name]
                 self.states[name] = ScheduleState(spec, version_id, spec.trigger(), at,
-                                                  self._family(spec))
+                                                  self.family(spec))
             else:
                 del self.states[name]
             if each:
@@ -182,15 +195,32 @@ class VersionsInForce:
                     # new ones take over from exactly there: no instant is left to neither.
                     at = min(horizon, now) if horizon is not None else now
                 batch = [_version_row(name, spec) for name, spec in rows]
-                ids.update(versions_insert(self.term.conn, batch, at, self.term.number))
+                origins = [file_origin(spec) for _, spec in rows]
+                ids.update(versions_insert(self.term.conn, batch, at, self.term.number,
+                                           origins=origins))
         self.term.progress()  # committed: a term that ends now leaves this batch adopted
         return at
 
-    def _family(self, spec: ScheduleSpec) -> Family:
+    def family(self, spec: ScheduleSpec) -> Family:
+        """The shared Family tuple of ``spec``."""
         calendar = (spec.calendar, spec.timezone) if spec.calendar is not None else None
         family = Family(spec.misfire, spec.grace, spec.catch_up_limit, spec.overlap, spec.jitter,
                         job_columns(spec), calendar)
         return self._families.setdefault(family, family)
+
+
+RUNTIME_ORIGIN = "runtime"  # schedule_versions.origin of a runtime schedule's versions
+
+
+def file_origin(spec: ScheduleSpec | None) -> str | None:
+    """schedule_versions.origin of a file schedule's version: its file (what a runtime put of
+    the name is told); None for a removal."""
+    return None if spec is None else file_origin_of(spec.file)
+
+
+def file_origin_of(path: str) -> str:
+    """'file:<absolute path>' (or 'file:' when the path is unknown)."""
+    return "file:" + os.path.abspath(path) if path else "file:"
 
 
 def job_columns(spec: ScheduleSpec) -> JobColumns:

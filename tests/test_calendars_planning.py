@@ -227,9 +227,9 @@ def test_schedules_share_a_plan_only_with_the_same_calendar_in_the_same_zone():
 
     families = VersionsInForce(None)  # type: ignore[arg-type]  # no term: nothing is read
     ny, berlin = spec(zone=NY), spec(zone="Europe/Berlin")
-    assert families._family(ny) is not families._family(berlin)
-    assert families._family(ny) is families._family(spec(zone=NY))
+    assert families.family(ny) is not families.family(berlin)
+    assert families.family(ny) is families.family(spec(zone=NY))
     other = spec(zone=NY, calendar=Calendar.of("h", [date(2026, 12, 24)]))
-    assert families._family(ny) is not families._family(other)
-    assert families._family(spec(zone=NY, calendar=None)) is families._family(
+    assert families.family(ny) is not families.family(other)
+    assert families.family(spec(zone=NY, calendar=None)) is families.family(
         spec(zone="Europe/Berlin", calendar=None))

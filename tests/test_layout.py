@@ -250,6 +250,7 @@ DB_NOUNS = {
     "effects": ("effects_",), "relay_routes": ("relay_routes_",),
     "notifications": ("notifications_",), "notification_subjects": ("subjects_",),
     "schedule_summaries": ("summaries_",),
+    "runtime_schedules": ("runtime_",), "calendars": ("calendars_",),
 }
 # The private fast paths of db/, each beside the reference a differential test holds it to:
 # nothing outside db/ calls them (tests do, to compare them).

@@ -22,6 +22,8 @@ from daemon_harness import (
 )
 from notify_receivers import HttpReceiver
 
+import cronkeeper
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 
@@ -37,7 +39,8 @@ def roles():
     pg = shared_postgres()
     tag = uuid.uuid4().hex[:8]
     names = {"cronkeeper_owner": f"ck_owner_{tag}", "cronkeeper_scheduler": f"ck_sched_{tag}",
-             "cronkeeper_worker": f"ck_worker_{tag}", "cronkeeper_reader": f"ck_reader_{tag}"}
+             "cronkeeper_worker": f"ck_worker_{tag}", "cronkeeper_reader": f"ck_reader_{tag}",
+             "cronkeeper_app": f"ck_app_{tag}"}
     schema = f"ck_{tag}"
 
     def substitute(sql: str) -> str:
@@ -67,6 +70,12 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
     with psycopg.connect(pg.url, autocommit=True) as admin:
         admin.execute(after_migrate)
 
+    # an application defines a schedule at runtime under its own role (docs/runtime-schedules.md)
+    with psycopg.connect(url["cronkeeper_app"]) as app:
+        cronkeeper.schedules.put(app, "from-app", {
+            "cron": "* * * * * *", "timezone": "UTC", "misfire": "skip", "task": "t.app",
+            "overlap": "allow"}, schema=schema)
+        app.commit()
     schedules = write_schedules(tmp_path / "s", {"a.toml": schedule_toml("tick", cron="* * * * * *")})
     receiver = HttpReceiver()  # the worker's sender delivers its dead letters' notifications
     notify = tmp_path / "notify.toml"
@@ -85,13 +94,19 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
             def count(sql):
                 return db.execute(sql).fetchone()[0]
             wait_for(lambda: count("SELECT count(*) FROM periods") >= 3, 20, "the scheduler fires")
+            wait_for(lambda: count("SELECT count(*) FROM periods WHERE schedule = 'from-app'"),
+                     20, "the scheduler fires the runtime schedule")
             # the worker dead-letters them (no handler 't.tick' here): it updated jobs, attempts
             wait_for(lambda: count("SELECT count(*) FROM outbox WHERE state = 'dead'") >= 2, 30,
                      "the worker to work the jobs")
             # ... noted the first dead letter, and its sender delivered it
             wait_for(lambda: count("SELECT count(*) FROM notifications WHERE state = 'sent'"), 30,
                      "the worker's sender to deliver the dead notification")
-            assert [r.json()["event"] for r in receiver.posts("/hook")] == ["dead"]
+            # one per dying schedule: the file's and the runtime one's
+            wait_for(lambda: len(receiver.posts("/hook")) >= 2, 30, "both dead notifications")
+            assert sorted((r.json()["event"], r.json()["schedule"])
+                          for r in receiver.posts("/hook")) == [("dead", "from-app"),
+                                                                ("dead", "tick")]
         assert scheduler.alive() and worker.poll() is None
         for text in (scheduler.log_text(), (tmp_path / "worker.log").read_text()):
             assert "permission denied" not in text, text[-3000:]
@@ -110,6 +125,9 @@ def test_scheduler_and_worker_run_under_the_documented_roles(roles, tmp_path):
         ("cronkeeper_worker", "SELECT * FROM prune(now(), now(), 1)"),
         ("cronkeeper_worker", "SELECT notifications_prune(now(), 1)"),
         ("cronkeeper_reader", "UPDATE notifications SET state = 'sent'"),
+        ("cronkeeper_app", "DELETE FROM runtime_schedules"),
+        ("cronkeeper_app", "SELECT * FROM outbox"),
+        ("cronkeeper_app", "UPDATE schedule_versions SET digest = 'x'"),
     ]
     for role, statement in forbidden:
         with (

@@ -29,6 +29,7 @@ COMMANDS = {
     "history": "history",
     "import": "import_cmd",
     "web": "web",
+    "schedules": "schedules_cmd",
 }
 
 

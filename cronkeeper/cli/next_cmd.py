@@ -1,10 +1,11 @@
-"""`cronkeeper next NAME --schedules DIR`: the next fire instants of one schedule (docs/schedules.md).
+"""`cronkeeper next NAME [--schedules DIR]`: the next fire instants of one schedule (docs/schedules.md).
 
 Prints each fire local (with its offset) and in UTC, so anyone can check DST behaviour before
 it happens; a cron with ``H`` first says what it resolves to for this schedule's name. With a
 calendar, the periods on its listed dates are listed too, marked skipped, and a fire that
 ``on_calendar = "next_day"`` moved says from which date. Exit 1 when the schedule files have errors or NAME is unknown, 2 on usage errors.
-Database-free: imports only the spec and timing cores.
+With --schedules, database-free: imports only the spec and timing cores. Without it, the schedule
+is read from the database (a runtime schedule, or the version in force of a file schedule).
 """
 
 from __future__ import annotations
@@ -113,10 +114,15 @@ def render_json(spec: ScheduleSpec, fires: list[Fire]) -> str:
 @click.option(
     "--schedules",
     "directory",
-    required=True,
+    default=None,
     type=click.Path(exists=True, path_type=str),
-    help="Directory (or file) of schedule TOML files.",
+    help="Directory (or file) of schedule TOML files. Without it: the schedule as the database "
+         "holds it (a runtime schedule, or a file schedule's version in force).",
 )
+@click.option("--database-url", envvar="CRONKEEPER_DATABASE_URL", default=None,
+              help="Without --schedules: postgresql:// URL (env CRONKEEPER_DATABASE_URL).")
+@click.option("--schema", envvar="CRONKEEPER_SCHEMA", default="cronkeeper", show_default=True,
+              help="Without --schedules: the schema (env CRONKEEPER_SCHEMA).")
 @click.option(
     "-n",
     "count",
@@ -132,9 +138,30 @@ def render_json(spec: ScheduleSpec, fires: list[Fire]) -> str:
     help="List fires strictly after this instant (ISO 8601 with an offset or Z). Default: now.",
 )
 @format_option
-def next_command(name: str, directory: str, count: int, after: datetime | None, fmt: str) -> None:
+def next_command(name: str, directory: str | None, database_url: str | None, schema: str,
+                 count: int, after: datetime | None, fmt: str) -> None:
     """Print the next fire instants of schedule NAME, local and UTC."""
     now = clock.wall()
+    spec = _from_files(name, directory, now) if directory else _from_database(
+        name, database_url, schema)
+    fires = next_fires(spec, after if after is not None else now, count)
+    click.echo(render_json(spec, fires) if fmt == "json" else render_table(spec, fires, count))
+
+
+def _from_database(name: str, database_url: str | None, schema: str) -> ScheduleSpec:
+    from cronkeeper.cli.connect import open_database  # noqa: PLC0415 - only without --schedules
+    from cronkeeper.operations.schedules import stored_spec  # noqa: PLC0415
+
+    db = open_database(database_url, schema)
+    spec = stored_spec(db.engine, name)
+    if spec is None:
+        raise CronkeeperError(f"no schedule named '{safe(name)}' in the database (a runtime "
+                              "schedule, or a file schedule a leader adopted); give --schedules "
+                              "DIR to read schedule files")
+    return spec
+
+
+def _from_files(name: str, directory: str, now: datetime) -> ScheduleSpec:
     result = load_paths([directory], now=now)
     if not result.valid:
         for diagnostic in result.errors:
@@ -149,5 +176,4 @@ def next_command(name: str, directory: str, count: int, after: datetime | None, 
         close = difflib.get_close_matches(name, list(schedules), n=1)
         hint = f"; did you mean '{safe(close[0])}'?" if close else ""
         raise CronkeeperError(f"no schedule named '{safe(name)}' in {safe(directory)}{hint}")
-    fires = next_fires(spec, after if after is not None else now, count)
-    click.echo(render_json(spec, fires) if fmt == "json" else render_table(spec, fires, count))
+    return spec

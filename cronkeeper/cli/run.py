@@ -11,7 +11,7 @@ from cronkeeper import logs
 from cronkeeper.cli import companion, notify
 from cronkeeper.cli.common import database_options, start_metrics
 from cronkeeper.cli.connect import open_database
-from cronkeeper.daemon import Daemon, load_schedules
+from cronkeeper.daemon import Daemon, check_no_runtime_conflicts, load_schedules
 from cronkeeper.db.engine import redact
 from cronkeeper.election import NodeOptions
 from cronkeeper.instance import default_instance_id
@@ -66,6 +66,7 @@ def run_command(
     schedules = load_schedules(schedules_dir)
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run", wait=True)
+    check_no_runtime_conflicts(db.engine, schedules)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
     pinger = notify.pinger(notes, instance_id)

@@ -57,7 +57,7 @@ def render(doc: dict[str, Any]) -> str:
     for i in doc.get("stopped_instances", []):
         lines.append(f"  {safe(i['instance_id'])[:28]:<28} {i['kind']:<9} stopped at "
                      f"{i['stopped_at']} ({safe(i['version'])})")
-    lines += ["", "SCHEDULES", f"  {'NAME':<24} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} "
+    lines += ["", "SCHEDULES", f"  {'NAME':<24} {'SOURCE':<7} {'NEXT FIRE (UTC)':<20} {'LAST OUTCOME':<26} "
               f"{'PAUSED':<6} {'P50':>7} {'P99':>7} {'TIMEOUT':>7} {'TO/24H':>6}"]
     for s in doc["schedules"]:
         nxt = (s["next_fire"] or "never")[:19].replace("T", " ") + ("!" if s["overdue"] else "")
@@ -67,7 +67,7 @@ def render(doc: dict[str, Any]) -> str:
             text = last["outcome"] + (f" ({last['reason']})" if last["reason"] else "")
             text += f" {last['job_state']}" if last["job_state"] else ""
         mark = "!" if s["near_timeout"] else ""
-        lines.append(f"  {safe(s['name'])[:24]:<24} {nxt:<20} {text[:26]:<26} "
+        lines.append(f"  {safe(s['name'])[:24]:<24} {s.get('source', 'file'):<7} {nxt:<20} {text[:26]:<26} "
                      f"{'yes' if s['paused'] else 'no':<6} {seconds(s['duration_p50_seconds']):>7} "
                      f"{seconds(s['duration_p99_seconds']) + mark:>7} "
                      f"{seconds(s['timeout_seconds']):>7} {s['attempts_timed_out_24h']:>6}")

@@ -226,3 +226,16 @@ def translate_errors(action: str) -> Iterator[None]:
         yield
     except (sa_exc.DBAPIError, sa_exc.OperationalError, psycopg.Error) as exc:
         raise DatabaseError(f"{action}: {describe(exc)}") from exc
+
+
+def caller_rows(connection: Any, sql: str, params: dict[str, Any], action: str) -> list[tuple]:
+    """Run a statement in an application's transaction (``cronkeeper.schedules``): through
+    SQLAlchemy, so that its transaction begins and the caller's commit covers the statement;
+    or on the psycopg connection as it is. Driver errors become DatabaseError(``action``)."""
+    with translate_errors(action):
+        if isinstance(connection, sa.Connection):
+            return list(connection.exec_driver_sql(sql, params).fetchall())
+        if isinstance(connection, psycopg.Connection):
+            return connection.execute(sql, params).fetchall()
+    raise UsageError(f"cronkeeper.schedules needs a SQLAlchemy Connection or a psycopg "
+                     f"Connection, not {type(connection).__name__}")

@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from cronkeeper.db.engine import driver, one_row
+from cronkeeper.db.engine import caller_rows, check_schema_name, driver, one_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,7 @@ class VersionRow:
     digest: str
     spec: dict[str, Any] | None
     active_from: datetime
+    origin: str | None = None  # 'runtime', 'file:<path>', None (recorded by an older release)
 
 
 # (id, schedule, spec or None, active_from): the rows ``audit.versions_from_rows`` reads.
@@ -44,7 +45,7 @@ def versions_in_force(
     (the leader reads 100,000 a page at a time, each in its own transaction)."""
     rows = driver(conn).execute(
         """
-        SELECT DISTINCT ON (schedule) id, schedule, digest, spec, active_from
+        SELECT DISTINCT ON (schedule) id, schedule, digest, spec, active_from, origin
         FROM schedule_versions WHERE schedule > %(after)s
         ORDER BY schedule, active_from DESC, id DESC LIMIT %(limit)s
         """,
@@ -58,17 +59,27 @@ def versions_insert(
     rows: Sequence[tuple[str, str, dict[str, Any] | str | None]],
     active_from: datetime,
     term: int,
+    *,
+    origins: Sequence[str | None] | None = None,
+    ids: Sequence[int | None] | None = None,
+    starts: Sequence[datetime | None] | None = None,
 ) -> dict[str, int]:
     """Record new versions (schedule, digest, spec or None for removal); return their ids.
-    A spec is a dict or its JSON text."""
+    A spec is a dict or its JSON text. Per row, optionally: ``origins`` ('runtime',
+    'file:<path>'), ``ids`` (the id a runtime put gave out; None: a new one) and ``starts``
+    (its own active_from; None: ``active_from``). A row whose schedule already has a version
+    at its instant, or whose id exists, is left out (another leader recorded it)."""
     if not rows:
         return {}
+    n = len(rows)
     result = conn.execute(
         """
-        INSERT INTO schedule_versions (schedule, digest, spec, active_from, term)
-        SELECT s, d, j::jsonb, %(at)s, %(term)s
-        FROM unnest(%(s)b::text[], %(d)b::text[], %(j)b::text[]) AS v(s, d, j)
-        ON CONFLICT (schedule, active_from) DO NOTHING
+        INSERT INTO schedule_versions (id, schedule, digest, spec, active_from, term, origin)
+        SELECT coalesce(i, nextval('schedule_versions_id_seq')), s, d, j::jsonb,
+               coalesce(a, %(at)s), %(term)s, o
+        FROM unnest(%(s)b::text[], %(d)b::text[], %(j)b::text[], %(o)b::text[], %(i)b::int8[],
+                    %(a)b::timestamptz[]) AS v(s, d, j, o, i, a)
+        ON CONFLICT DO NOTHING
         RETURNING schedule, id
         """,
         {
@@ -76,11 +87,34 @@ def versions_insert(
             "d": [r[1] for r in rows],
             "j": [r[2] if r[2] is None or isinstance(r[2], str) else json.dumps(r[2])
                   for r in rows],
+            "o": list(origins) if origins is not None else [None] * n,
+            "i": list(ids) if ids is not None else [None] * n,
+            "a": list(starts) if starts is not None else [None] * n,
             "at": active_from,
             "term": term,
         },
     ).fetchall()
     return dict(result)
+
+
+def versions_file_held(conn: sa.Connection | psycopg.Connection, names: Sequence[str],
+                       schema: str | None = None) -> dict[str, str]:
+    """{name: origin} of the names among ``names`` whose version in force is a file's (not a
+    runtime schedule's, not a removal): the names a runtime put must refuse. ``origin`` is
+    'file:<path>', or 'file' for a version an older release recorded. ``schema``: qualify the
+    table (an application's connection)."""
+    table = "schedule_versions" if schema is None else f'"{check_schema_name(schema)}".schedule_versions'
+    sql = f"""
+        SELECT schedule, coalesce(origin, 'file') FROM (
+            SELECT DISTINCT ON (schedule) schedule, origin, spec IS NOT NULL AS live
+            FROM {table} WHERE schedule = ANY(%(names)s::text[])
+            ORDER BY schedule, active_from DESC, id DESC
+        ) v WHERE live AND origin IS DISTINCT FROM 'runtime'
+    """
+    params = {"names": list(names)}
+    if schema is None:
+        return dict(driver(conn).execute(sql, params).fetchall())
+    return dict(caller_rows(conn, sql, params, "reading the schedule files' names"))
 
 
 def versions_all(

@@ -7,9 +7,22 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql.base import ischema_names
 
 metadata = sa.MetaData()
 TS = sa.TIMESTAMP(timezone=True)
+
+
+class XID8(sa.types.UserDefinedType):
+    """PostgreSQL's 64-bit transaction id (migrations/0015_runtime_schedules.sql)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: object) -> str:
+        return "XID8"
+
+
+ischema_names["xid8"] = XID8  # what reflection (tests/test_migrations.py) reads it back as
 
 instances = sa.Table(
     "instances", metadata,
@@ -45,6 +58,34 @@ schedule_versions = sa.Table(
     sa.Column("digest", sa.Text, nullable=False),
     sa.Column("spec", JSONB),
     sa.Column("active_from", TS, nullable=False),
+    sa.Column("term", sa.BigInteger, nullable=False),
+    # migrations/0015_runtime_schedules.sql: 'runtime', 'file:<path>', NULL (an older release's)
+    sa.Column("origin", sa.Text),
+)
+
+# migrations/0015_runtime_schedules.sql: schedules defined at runtime (cronkeeper.schedules)
+runtime_schedules = sa.Table(
+    "runtime_schedules", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("spec", JSONB, nullable=False),
+    sa.Column("canonical", JSONB, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("version_id", sa.BigInteger, nullable=False),
+    sa.Column("incarnation", sa.BigInteger, nullable=False),
+    sa.Column("xid", XID8, nullable=False),
+    sa.Column("created_at", TS, nullable=False),
+    sa.Column("updated_at", TS, nullable=False),
+    sa.Column("deleted_at", TS),
+)
+
+# migrations/0015_runtime_schedules.sql: the files' calendars, for runtime specs to name
+calendars = sa.Table(
+    "calendars", metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("dates", JSONB, nullable=False),
+    sa.Column("origin", sa.Text),
+    sa.Column("recorded_at", TS, nullable=False),
+    sa.Column("removed_at", TS),
     sa.Column("term", sa.BigInteger, nullable=False),
 )
 

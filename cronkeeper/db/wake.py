@@ -47,6 +47,16 @@ NOTES_PREFIX = "cronkeeper-notify."
 NOTES_CHANNEL_SQL = f"left('{NOTES_PREFIX}' || current_schema(), {CHANNEL_MAX})"
 
 
+# Runtime schedules (cronkeeper.schedules) changed: wakes the leader, which adopts the change
+# (docs/runtime-schedules.md). Sent by each put or delete statement that wrote a row.
+SCHEDULES_PREFIX = "cronkeeper-schedules."
+
+
+def schedules_channel(schema: str) -> str:
+    """The channel the leader of ``schema`` LISTENs on for runtime schedule changes."""
+    return (SCHEDULES_PREFIX + check_schema_name(schema))[:CHANNEL_MAX]
+
+
 def wake_channel(schema: str) -> str:
     """The channel workers of ``schema`` LISTEN on."""
     return (CHANNEL_PREFIX + check_schema_name(schema))[:CHANNEL_MAX]

@@ -35,6 +35,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
     from cronkeeper.db.instances import instances_live, instances_stopped_recently
     from cronkeeper.db.leadership import leadership_current, lock_holder_pid
     from cronkeeper.db.relay_routes import relay_routes_list
+    from cronkeeper.db.runtime_schedules import runtime_live_names
     from cronkeeper.db.schedule_controls import controls_paused
     from cronkeeper.db.schedule_versions import versions_heads
     from cronkeeper.db.sessions import session_jit_off, session_utc
@@ -58,6 +59,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         # period, the outbox by state) run on a connection of their own meanwhile.
         aside = pool.submit(side_read, engine, list(current))
         paused = controls_paused(conn)
+        runtime_names = runtime_live_names(conn)
         oldest = dbo.outbox_oldest_available(conn)
         dead = dbo.outbox_dead(conn)
         failed, finished, failed_before = attempts_recent(conn, STORM_WINDOW)
@@ -84,6 +86,7 @@ def gather(engine, schema: str, cluster: str, *, leader_timeout: float = 10.0,
         upcoming = got.next_fire
         schedules.append({
             "name": name,
+            "source": "runtime" if name in runtime_names else "file",
             "owner": got.owner,
             "next_fire": _iso(upcoming),
             "overdue": bool(upcoming and (now - upcoming).total_seconds() > got.grace),

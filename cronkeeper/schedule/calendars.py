@@ -230,6 +230,15 @@ def _event_days(events: Iterable[Any], start: date, end: date) -> tuple[list[dat
     return days, timed
 
 
+def defined(defs: Sequence[CalendarDef]) -> tuple[tuple[Calendar, str], ...]:
+    """Each valid calendar defined exactly once, with its file (``ScheduleSet.calendars``)."""
+    count: dict[str, int] = {}
+    for d in defs:
+        count[d.name] = count.get(d.name, 0) + 1
+    return tuple((d.calendar, d.file) for d in defs
+                 if d.calendar is not None and count[d.name] == 1)
+
+
 def resolve(
     defs: Sequence[CalendarDef], refs: Sequence[CalendarRef]
 ) -> tuple[dict[str, Calendar], set[str], list[Diagnostic]]:

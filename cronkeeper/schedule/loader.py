@@ -139,7 +139,8 @@ def _load_paths(
     return LoadResult(
         schedules=ScheduleSet(tuple(
             s.with_calendar(resolved[s.name]) if s.name in resolved else s
-            for s in specs if s.name not in duplicates and s.name not in unresolved)),
+            for s in specs if s.name not in duplicates and s.name not in unresolved),
+            cal.defined(calendar_defs)),
         errors=[d for d in diagnostics if d.severity is Severity.ERROR],
         warnings=[d for d in diagnostics if d.severity is Severity.WARNING],
         files=tuple(file for file, _ in files),

@@ -337,6 +337,9 @@ class ScheduleSet:
     """Every schedule of a directory, by name, and the digest that instances compare."""
 
     specs: tuple[ScheduleSpec, ...]
+    # Every calendar the files define, with its file: the leader records them for runtime
+    # specs to name (docs/runtime-schedules.md). Used ones are in their schedules' digests.
+    calendars: tuple[tuple[Calendar, str], ...] = field(default=(), compare=False)
     _digest: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def by_name(self) -> dict[str, ScheduleSpec]:

@@ -31,6 +31,7 @@ from cronkeeper.db.periods import (
     periods_window_states,
     periods_windows,
 )
+from cronkeeper.db.runtime_schedules import runtime_live_among, runtime_live_names
 from cronkeeper.db.schedule_controls import controls_paused
 from cronkeeper.db.schedule_versions import versions_after, versions_all, versions_stamp
 from cronkeeper.db.sessions import session_snapshot, session_utc
@@ -163,6 +164,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
         owners = sorted({s.owner for s in specs.values() if s.owner})
         names = sorted(n for n in specs if not owner or specs[n].owner == owner)
         paused = controls_paused(conn)
+        runtime = runtime_live_names(conn)
         if state == "paused":
             names = [n for n in names if n in paused]
         first = (page - 1) * per_page
@@ -216,6 +218,7 @@ def schedules(engine: Any, cache: VersionsCache, *, owner: str | None = None,
             "next_relative": relative((nxt - now).total_seconds()) if nxt else None,
             "overdue": bool(nxt and (now - nxt).total_seconds() > spec.grace),
             "paused": name in paused, "strip": strip_svg(strip),
+            "source": "runtime" if name in runtime else "file",
             "missing": counts[CellState.MISSING], "dead": counts[CellState.DEAD],
             **runtime_view(runtime_of(name, spec.timeout, runtimes.get(name))),
         })
@@ -288,6 +291,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
         records = periods_range(conn, name, since, end)
         latest = periods_latest(conn, [name]).get(name)
         paused = name in controls_paused(conn)
+        source = "runtime" if runtime_live_among(conn, [name]) else "file"
         found = attempts_runtimes(conn, [name], SAMPLE).get(name)
         conn.rollback()
     strip = build_strip(name, versions, records_from_rows(records), since=since, now=now,
@@ -306,6 +310,7 @@ def schedule_detail(engine: Any, cache: VersionsCache, name: str, *, periods: in
     return {
         "name": name, "now": utc(now), "spec": spec.to_json() if spec else None,
         "when": describe(spec.resolved_cron, spec.every) if spec else None, "paused": paused,
+        "source": source,
         "strip": strip_svg(strip), "counts": strip.counts(), "versions": listed[::-1],
         "next": next_fires(current, _next_after(current, latest)) if spec else [],
         **(runtime_view(runtime_of(name, spec.timeout, found)) if spec else

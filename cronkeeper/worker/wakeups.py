@@ -34,8 +34,10 @@ WAIT = 0.5  # seconds per wait for a notification: the longest a stop waits for 
 class Wakeups:
     def __init__(self, engine: Engine, schema: str, poll_interval: float,
                  on_wake: Callable[[], None], stopping: threading.Event, *,
-                 channel: str | None = None) -> None:
-        """``channel``: another channel than the outbox's (the notification sender's)."""
+                 channel: str | None = None, who: str = "worker") -> None:
+        """``channel``: another channel than the outbox's (the notification sender's, the
+        leader's for runtime schedules); ``who``: what the log lines say is polling instead."""
+        self.who = who
         self.engine = engine
         self.channel = channel or db_wake.wake_channel(schema)
         self.poll_interval = poll_interval
@@ -61,9 +63,9 @@ class Wakeups:
                             "wake-ups unavailable: the database connection does not keep one "
                             "backend across transactions, so a transaction-pooling proxy "
                             "(PgBouncer, Supavisor) sits in between and LISTEN/NOTIFY cannot "
-                            "work through it; this worker polls every %gs instead. Point "
+                            "work through it; this %s polls every %gs instead. Point "
                             "--database-url at PostgreSQL directly (or a session-pooling port) "
-                            "for millisecond pickup.", self.poll_interval,
+                            "for millisecond pickup.", self.who, self.poll_interval,
                             extra={"action": "listen_unavailable"})
                         return
                     checked = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from cronkeeper import clock, systemd
 from cronkeeper.db.engine import URL, Engine, translate_errors
@@ -20,11 +21,13 @@ from cronkeeper.db.wake import schedules_channel
 from cronkeeper.election import Node, NodeOptions
 from cronkeeper.errors import CronkeeperError, ScheduleError
 from cronkeeper.leading import LeaderLoop
-from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.schedule import load_valid
 from cronkeeper.schedule.diagnostics import Diagnostic
 from cronkeeper.schedule.model import ScheduleSet
 from cronkeeper.worker.wakeups import Wakeups
+
+if TYPE_CHECKING:  # a Pinger is made only with a heartbeat_url (cli.notify.pinger)
+    from cronkeeper.notify.heartbeat import Pinger
 
 log = logging.getLogger("cronkeeper.run")
 

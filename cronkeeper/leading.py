@@ -27,13 +27,13 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from cronkeeper import clock
 from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
 from cronkeeper.db.notifications import notifications_prune
 from cronkeeper.db.runtime_schedules import runtime_prune
-from cronkeeper.notify.heartbeat import Pinger
 from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.runtime_adoption import record_calendars
 from cronkeeper.schedule.model import ScheduleSet
@@ -41,6 +41,9 @@ from cronkeeper.scheduler import Scheduler, TickReport
 from cronkeeper.summarizer import Summarizer
 from cronkeeper.term import Term
 from cronkeeper.versions import LOG_EACH_UP_TO
+
+if TYPE_CHECKING:  # a Pinger is made only with a heartbeat_url (cli.notify.pinger)
+    from cronkeeper.notify.heartbeat import Pinger
 
 log = logging.getLogger("cronkeeper.leading")
 

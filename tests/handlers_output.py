@@ -102,3 +102,21 @@ def log_lines(payload, ctx):
         log.info("%s line %d", ctx.key, i)
     if payload.get("fail"):
         raise RuntimeError(payload["fail"])
+
+
+@task("output.silent_then_log")
+def silent_then_log(payload, ctx):
+    """Silent for ``sleep`` seconds (its capture not made yet), then one record if ``log``;
+    fails with ``fail``."""
+    time.sleep(float(payload.get("sleep", 0)))
+    if payload.get("log"):
+        log.info("%s after a silent start", ctx.key)
+    if payload.get("fail"):
+        raise RuntimeError(payload["fail"])
+
+
+@task("output.silent_then_log_async")
+async def silent_then_log_async(payload, ctx):
+    await asyncio.sleep(float(payload.get("sleep", 0)))
+    if payload.get("log"):
+        await asyncio.to_thread(log.info, "%s after a silent start", ctx.key)

@@ -306,6 +306,33 @@ def test_handlers_killed_at_their_timeout_keep_what_they_logged(engine, schema, 
         assert output_of(engine, sync).decode().endswith(f"hang-{isolation} printed before the hang\n")
 
 
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_silent_handlers_keep_empty_output_and_late_records_are_kept(engine, schema, database_url,
+                                                                     spawned_workers, isolation):
+    """A handler that logs nothing stores an empty output (kept, and nothing in it: not NULL),
+    failing or killed at its timeout too; one that logs after a silent start keeps its line."""
+    def job(task: str, payload: dict, key: str, **options) -> int:
+        return enqueue(engine, task, payload, f"{key}-{isolation}", max_attempts=1, **options)
+
+    silent = job("output.silent_then_log", {}, "silent")
+    failed = job("output.silent_then_log", {"fail": "quietly"}, "silent-failed")
+    hung = job("output.silent_then_log", {"sleep": 30}, "silent-hung", timeout=1)
+    late = job("output.silent_then_log", {"sleep": 0.3, "log": True}, "late")
+    late_async = job("output.silent_then_log_async", {"sleep": 0.3, "log": True}, "late-async")
+    proc = spawned_workers("--import", "handlers_output", "--isolation", isolation,
+                           "--kill-grace", "0.2", "--concurrency", "3")
+    for one, state in ((silent, "succeeded"), (failed, "dead"), (hung, "dead"),
+                       (late, "succeeded"), (late_async, "succeeded")):
+        ended(engine, one, state, proc)
+    for one in (silent, failed, hung):
+        assert output_of(engine, one) == b""
+    assert job_state(engine, failed)[2] == "RuntimeError: quietly (attempt 1 of 1: giving up)"
+    for one, key in ((late, "late"), (late_async, "late-async")):
+        text = output_of(engine, one).decode()
+        assert text.endswith(f" INFO tests.output: {key}-{isolation} after a silent start\n")
+        assert text.count("\n") == 1
+
+
 def test_enqueued_jobs_follow_the_workers_output_limit(engine, schema, database_url,
                                                        spawned_workers):
     job = enqueue(engine, "output.log_lines", {"lines": 100}, "limited")

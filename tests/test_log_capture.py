@@ -21,6 +21,7 @@ from test_output_capture import reference
 from cronkeeper.output import Capture
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.logcapture import JobLogCapture, capturing, line
+from cronkeeper.worker.runtime import SILENT, Running
 
 
 @pytest.fixture
@@ -260,3 +261,64 @@ def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
     handler = logcapture._StderrRecords()
     handler.handle(record(1772953201.25, "child %s", ("line",)))
     assert written == ["2026-03-08T07:00:01.250Z INFO tests.logcapture: child line\n"]
+
+
+# -- a job's capture made at its first record (runtime.Running): a silent job makes none ---------
+
+def held(limit: int) -> Running:
+    return Running(job=None, output_limit=limit)  # type: ignore[arg-type] - no job is read
+
+
+def test_a_job_that_logs_nothing_makes_no_capture_and_keeps_empty_output(log):
+    job = held(1 << 16)
+    with capturing(job):
+        pass
+    assert job.capture is None  # nothing made on the silent path
+    assert job.output() == b""  # kept: it printed nothing (None would say "not kept")
+    with capturing(job):  # abandoned at its timeout, it logs on: its output is final already
+        log.info("too late")
+    assert job.output() == b"" and job.capture is SILENT
+    assert held(0).output() is None  # output_limit 0: nothing kept, as before
+
+
+def test_a_job_that_logs_after_a_silent_start_keeps_it_within_its_limit(log):
+    job = held(1 << 16)
+    with capturing(job):
+        assert job.capture is None
+        log.info("first %d", 1)
+        made = job.capture
+        log.info("second")
+    assert made is not None and job.capture is made  # made once, at the first record
+    assert [x.split(": ", 1)[1] for x in job.output().decode().splitlines()] == ["first 1", "second"]
+    small = held(64)
+    with capturing(small):
+        for i in range(20):
+            log.info("line %d", i)
+    kept = small.output()
+    assert b" bytes left out]\n" in kept and kept.endswith(b"line 19\n")
+
+
+def test_first_records_of_one_job_from_many_threads_land_in_one_capture(log):
+    """The capture is made under a lock: threads of one job racing to log its first record
+    all end up in the same capture (none lost in a second one), and no other job's."""
+    job, other = held(1 << 20), held(1 << 20)
+    start = threading.Barrier(8)
+
+    def emit(target: Running, name: str) -> None:
+        with capturing(target):
+            start.wait()
+            for i in range(50):
+                log.info("%s %d", name, i)
+
+    threads = [threading.Thread(target=emit, args=(job if n % 2 else other, f"t{n}"))
+               for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mine = job.output().decode()
+    theirs = other.output().decode()
+    for n in range(8):
+        target, elsewhere = (mine, theirs) if n % 2 else (theirs, mine)
+        assert [m for m in target.splitlines() if f": t{n} " in m] and f": t{n} " not in elsewhere
+        assert sum(1 for m in target.splitlines() if f": t{n} " in m) == 50

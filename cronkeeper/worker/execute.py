@@ -36,12 +36,15 @@ def execute(worker: Host, held: Running) -> Ending | None:
 def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
-    held.capture = worker.config.capture_for(job.schedule)
+    limit = worker.config.output_limit_of(job.schedule)
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
         # The worker reads what the handler process prints (its log records included) into
         # the capture; a job it committed itself has that written apart.
+        held.capture = Capture(limit) if limit > 0 else None
         return settle_done(worker, held, worker.pool.run(held, end_session(worker.db)),
                            output_apart=True)
+    # In this process the capture is made at the handler's first record (Running.feed_line).
+    held.output_limit = limit
     payload = handler.prepare(job.payload)
     if handler.is_async:
         return run_async(worker, held, handler.func, payload)
@@ -51,7 +54,7 @@ def run_task(worker: Host, held: Running) -> Ending | None:
         note=worker.db.notes.present,
     )
     held.ctx = ctx
-    with capturing(held.capture):
+    with capturing(held if limit > 0 else None):
         handler.func(payload, ctx)
     return Ending(Kind.SUCCEEDED)
 
@@ -66,7 +69,7 @@ def run_async(worker: Host, held: Running, func: Handler, payload: object) -> En
     )
     # The runner cancels it; the supervisor steps in only if the loop itself is blocked.
     held.timeout_grace = 2 * cfg.kill_grace + 5.0
-    with capturing(held.capture):  # the coroutine's tasks copy this context
+    with capturing(held if held.output_limit > 0 else None):  # its tasks copy this context
         result = call_async(func, payload, ctx, cfg.worker_id, grace=cfg.kill_grace,
                             timeout=max(0.0, held.deadline - clock.monotonic()),
                             before_commit=held.settle, output=held.output,

@@ -26,10 +26,17 @@ import contextvars
 import logging
 import sys
 import time
+from typing import Protocol
 
-from cronkeeper.output import Capture
 
-_current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+class Lines(Protocol):
+    """Where a job's records go: its ``Capture``, or the ``Running`` job that makes one at its
+    first record (``runtime.Running.feed_line``)."""
+
+    def feed_line(self, text: str) -> None: ...
+
+
+_current: contextvars.ContextVar[Lines | None] = contextvars.ContextVar(
     "cronkeeper_job_output", default=None)
 
 _MILLIS = [f".{ms:03d}Z" for ms in range(1000)]
@@ -147,12 +154,13 @@ def install() -> JobLogCapture:
 
 
 class capturing:  # noqa: N801 - used as a function: ``with capturing(capture):``
-    """The records emitted in this context (and the tasks it starts) go to ``capture``. A
-    class rather than a generator: it runs around every job."""
+    """The records emitted in this context (and the tasks it starts) go to ``capture`` (a
+    ``Capture``, or a ``Running`` job whose capture is made at its first record). A class
+    rather than a generator: it runs around every job."""
 
     __slots__ = ("_capture", "_token")
 
-    def __init__(self, capture: Capture | None) -> None:
+    def __init__(self, capture: Lines | None) -> None:
         self._capture = capture
 
     def __enter__(self) -> None:

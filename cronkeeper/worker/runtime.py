@@ -22,6 +22,14 @@ from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
+# Guards making a job's capture at its first record against its output being taken meanwhile
+# (a timed-out handler logging on): once per job that logs, and once per silent job's end.
+_OPENING = threading.Lock()
+# The capture of a job whose handler logged nothing by its end: closed, and kept so that a
+# record it emits later (abandoned at its timeout) is dropped, as after ``Capture.close``.
+SILENT = Capture(1)
+SILENT.close()
+
 
 
 @dataclass
@@ -55,9 +63,6 @@ class WorkerConfig:
         spec = self.specs.get(schedule) if schedule is not None else None
         return spec.output_limit if spec is not None else self.output_limit
 
-    def capture_for(self, schedule: str | None) -> Capture | None:
-        limit = self.output_limit_of(schedule)
-        return Capture(limit) if limit > 0 else None
 
     @property
     def heartbeat_interval(self) -> float:
@@ -84,12 +89,35 @@ class Running:
     released: bool = False
     ended: float = 0.0
     timeout_grace: float = 0.0  # the supervisor times it out this long after its deadline
-    capture: Capture | None = None  # what the attempt printed (None: nothing kept)
+    capture: Capture | None = None  # what the attempt printed (None: nothing kept, or not yet)
+    # A handler in this process: the bytes its records may keep (0: none). Its capture is made
+    # at its first record (``feed_line``): a job that logs nothing costs no capture.
+    output_limit: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def feed_line(self, text: str) -> None:
+        """A record of this job's handler (``logcapture``): into its capture, made now if this
+        is the first."""
+        capture = self.capture
+        if capture is None:
+            with _OPENING:
+                capture = self.capture
+                if capture is None:
+                    capture = self.capture = Capture(self.output_limit)
+        capture.feed_line(text)
 
     def output(self) -> bytes | None:
         """What the attempt printed, final from the first call (later lines are not kept)."""
-        return self.capture.close() if self.capture is not None else None
+        capture = self.capture
+        if capture is None:
+            if self.output_limit <= 0:
+                return None
+            with _OPENING:  # a record arriving now finds it closed (as after close())
+                capture = self.capture
+                if capture is None:
+                    self.capture = SILENT
+                    return b""
+        return capture.close()
 
     def settle(self, *, timed_out: bool = False) -> bool:
         """Claim the right to record this job's ending (once: worker, watchdog or drain).

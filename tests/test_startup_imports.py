@@ -37,6 +37,7 @@ def test_run_with_metrics_off_and_no_notify_config_loads_neither():
         "from cronkeeper.leading import LeaderLoop\n"
         "from cronkeeper.schedule.model import ScheduleSet\n"
         "assert start_metrics('off', 'scheduler', engine=None) is None\n"
+        "assert notify.load(None, None) is None\n"
         "assert notify.pinger(None, 'i') is None\n"
         "LeaderLoop(ScheduleSet(()), metrics=None, pinger=None, audit_missing=False)\n"
     )

@@ -34,12 +34,12 @@ def notify_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def load(path: str | None, web_url: str | None = None):  # noqa: ANN201 - NotifyConfig | None
     """The notify config at ``path`` (None: none given), or a UsageError that lists every
     problem, and every environment variable it names that this process lacks."""
-    from cronkeeper.notify.config import environment_problems, load_notify_config
-
     if web_url is not None and not web_url.startswith(("http://", "https://")):
         raise UsageError(f"--web-url {safe(web_url)!r}: expected an http:// or https:// URL")
     if path is None:
         return None
+    from cronkeeper.notify.config import environment_problems, load_notify_config
+
     config = config_or_exit(load_notify_config(path), "notify", log)
     missing = environment_problems(config, os.environ)
     if missing:

@@ -279,7 +279,9 @@ def test_process_isolation_keeps_prints_and_records_in_order(engine, schema, dat
     last_error = job_state(engine, bad)[2]
     assert last_error.startswith("RuntimeError: failing after printing")
     assert last_error.endswith("6 its stderr\n7 print without newline")
-    # Committed by the handler process itself, its output written by the worker beside it.
+    # Committed by the handler process itself, its output written by the worker beside it:
+    # just after that commit, so it may not be there yet when the job reads as ended.
+    wait_for(lambda: output_of(engine, own) is not None, 60, "own-commit's output", alive=proc)
     text = output_of(engine, own).decode()
     assert "INFO tests.output: own-commit in its transaction\n" in text
     assert text.endswith("own-commit printed\n")

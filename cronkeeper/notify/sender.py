@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from cronkeeper import clock, metrics
 from cronkeeper.backoff import retry_delay
 from cronkeeper.claiming import ClaimingDatabase, ReconnectBackoff
-from cronkeeper.db import notifications as db
+from cronkeeper.db import notifications
 from cronkeeper.db.engine import Engine
 from cronkeeper.db.wake import notes_channel
 from cronkeeper.errors import DatabaseError
@@ -95,7 +95,7 @@ class Sender:
                     continue
                 if clock.monotonic() >= next_reap:
                     with self.db.statement("reaping notification leases") as conn:
-                        reaped = db.notifications_reap_expired(conn)
+                        reaped = notifications.notifications_reap_expired(conn)
                     if reaped:
                         log.warning("notification leases expired: notifications=%d", reaped,
                                     extra={"action": "notify_leases_expired"})
@@ -104,7 +104,7 @@ class Sender:
                     backoff.reset()
                     continue
                 with self.db.statement("finding the next notification") as conn:
-                    due = db.notifications_next_due(conn)
+                    due = notifications.notifications_next_due(conn)
                 backoff.reset()
                 if due is not None:
                     wait = min(wait, max(0.0, due) + 0.01)
@@ -118,7 +118,7 @@ class Sender:
         """Claim one due notification and deliver it; False when none was due."""
         cfg = self.config
         with self.db.statement("claiming a notification") as conn:
-            note = db.notifications_claim(conn, sender=self.sender_id, lease=cfg.lease)
+            note = notifications.notifications_claim(conn, sender=self.sender_id, lease=cfg.lease)
         if note is None:
             return False
         if note.tries > cfg.max_attempts and note.age >= cfg.retry_for:
@@ -178,7 +178,7 @@ class Sender:
         self._settle(note, "pending", delay=delay, error=last)
         return True
 
-    def _message(self, note: db.Note) -> Message:
+    def _message(self, note: notifications.Note) -> Message:
         """The notification as it is told: the error apart from the output tail, which comes
         from the job's last attempt (or, failing that, from what its last_error kept)."""
         error, tail = split_tail(note.error) if note.error else (None, "")
@@ -196,12 +196,12 @@ class Sender:
             window_until=note.window_until, at=note.created_at, explain_url=explain,
             schedule_url=page)
 
-    def _record(self, note: db.Note, sink: str, *, ok: bool) -> bool:
+    def _record(self, note: notifications.Note, sink: str, *, ok: bool) -> bool:
         """Record one sink's answer at once; False when the lease was lost meanwhile (another
         sender has the notification: it will not send to this sink again)."""
         try:
             with self.db.statement("recording a notification") as conn:
-                held = db.notifications_delivered(conn, note_id=note.id, tries=note.tries,
+                held = notifications.notifications_delivered(conn, note_id=note.id, tries=note.tries,
                                                   sender=self.sender_id, sink=sink, ok=ok,
                                                   lease=self.config.lease)
         except DatabaseError:
@@ -211,11 +211,11 @@ class Sender:
                         extra={"action": "notify_lease_lost"})
         return held
 
-    def _settle(self, note: db.Note, state: str, *, delay: float = 0.0,
+    def _settle(self, note: notifications.Note, state: str, *, delay: float = 0.0,
                 error: str | None = None) -> None:
         try:
             with self.db.statement("settling a notification") as conn:
-                age = db.notifications_settle(conn, note_id=note.id, tries=note.tries,
+                age = notifications.notifications_settle(conn, note_id=note.id, tries=note.tries,
                                               sender=self.sender_id, state=state, delay=delay,
                                               error=error)
         except DatabaseError:
@@ -226,7 +226,7 @@ class Sender:
         elif state == "failed":
             self.stats["failed"] += 1
 
-    def _gave_up(self, note: db.Note, sinks: list[str], why: str) -> None:
+    def _gave_up(self, note: notifications.Note, sinks: list[str], why: str) -> None:
         for name in sinks:
             metrics.current().notification_failed(name)
         log.error("notification failed: id=%d event=%s schedule=%s task=%s tries=%d sinks=%s: %s",

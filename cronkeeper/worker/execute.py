@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from cronkeeper import clock, metrics
-from cronkeeper.db import outbox_endings as db
+from cronkeeper.db import outbox_endings
 from cronkeeper.db.attempts import attempts_output_record
 from cronkeeper.db.schedule_versions import versions_status
 from cronkeeper.errors import DatabaseError
@@ -149,7 +149,7 @@ def run_command(worker: Host, held: Running) -> Ending | None:
             return None
         try:
             with worker.db.transaction("handing a job back") as conn:
-                db.outbox_defer(conn, worker_id=cfg.worker_id, job_id=job.id, attempt=job.attempt,
+                outbox_endings.outbox_defer(conn, worker_id=cfg.worker_id, job_id=job.id, attempt=job.attempt,
                                 delay=cfg.defer_delay, reason=decision.reason)
         except DatabaseError:
             pass  # the lease will expire and the job comes back

@@ -7,7 +7,9 @@ only), while a seeded random schedule of faults runs for ``--minutes``:
 - SIGSTOP/SIGCONT of the leader, of a standby, of a worker (frozen for 1 to 7 s);
 - ``pg_terminate_backend`` of every session of one process;
 - PostgreSQL restarted (``pg_ctl restart -m fast``, or ``-m immediate`` stop and start: a crash);
-- the network of one process cut (its loopback TCP relay stops moving bytes, 1 to 7 s).
+- the network of one process cut (its loopback TCP relay stops moving bytes, 1 to 7 s);
+- issue 21's faults (scripts/soak_faults.py): a clock that jumps, every connection slot taken,
+  the disk full, a crash restart during a burst, a stalled leader.
 
 Every daemon and worker reaches PostgreSQL through a relay of its own (tests/loopback_relay.py),
 which is how a cut reaches one process and how its sessions are found (``client_port``).
@@ -17,6 +19,10 @@ decided, the workers once every job has ended, and the invariants are checked
 1 on any violation.
 
     .venv/bin/python scripts/soak.py --seed 7 --minutes 30 [--isolation thread,thread,process]
+        [--without disk_full,...]
+
+``disk_full`` mounts a tmpfs for the server's data (root only); ``clock_jump`` needs libfaketime
+(Debian's ``faketime``). A fault that cannot be made here stops the soak at once, saying so.
 """
 
 from __future__ import annotations
@@ -32,37 +38,30 @@ import threading
 import time
 import traceback
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent / "tests"), str(HERE)]
 
 import psycopg  # noqa: E402
+import soak_end  # noqa: E402
+import soak_faults  # noqa: E402
 from daemon_harness import (  # noqa: E402
-    CRONKEEPER,
     Daemon,
     PrivatePostgres,
-    audit,
     db_now,
     set_path,
     wait_for,
     write_schedules,
 )
+from faults import server_running, small_tmpfs  # noqa: E402
 from loopback_relay import Relay  # noqa: E402
-from soak_checks import (  # noqa: E402
-    check_effects,
-    check_fence,
-    check_history,
-    check_jobs,
-    check_periods,
-    check_processes,
-)
-
-import cronkeeper  # noqa: E402
+from soak_procs import Application, WorkerProc, isolation_supported  # noqa: E402
 
 KINDS = ("kill_leader", "kill_standby", "kill_worker", "stop_leader", "stop_standby",
-         "stop_worker", "terminate_sessions", "pg_restart", "net_cut")
+         "stop_worker", "terminate_sessions", "pg_restart", "net_cut", *soak_faults.KINDS)
+STALL_TIMEOUT = 5
 LEADER_TIMEOUT = 3
 BACKOFF = 'backoff = { base = "0.3s", factor = 2, max = "2s" }'
 
@@ -91,112 +90,40 @@ def schedules_toml() -> dict[str, str]:
     return files
 
 
-def isolation_supported() -> bool:
-    out = subprocess.run([CRONKEEPER, "worker", "--help"], capture_output=True, text=True)
-    return "--isolation" in out.stdout
-
-
-class WorkerProc:
-    """One ``cronkeeper worker`` process, restartable under the same id, JSON log in a file."""
-
-    def __init__(self, url: str, schema: str, cluster: str, instance_id: str, isolation: str,
-                 workdir: Path) -> None:
-        self.instance_id = instance_id
-        self.isolation = isolation
-        self.log_path = workdir / f"{instance_id}.log"
-        self.argv = [CRONKEEPER, "worker", "--database-url", url, "--schema", schema,
-                     "--cluster", cluster, "--import", "soak_handlers", "--concurrency", "6",
-                     "--poll-interval", "0.2", "--lease-margin", "2", "--drain-timeout", "5",
-                     "--metrics-address", "off", "--log-format", "json"]
-        if isolation != "thread" or isolation_supported():
-            self.argv += ["--isolation", isolation]
-        self.env = {**os.environ, "PYTHONPATH": str(HERE), "CRONKEEPER_INSTANCE_ID": instance_id,
-                    "SOAK_RUN_LOG": str(workdir)}
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> WorkerProc:
-        with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: int) -> None:
-        os.killpg(self.pid, sig)  # the worker and its handler processes: a frozen host
-
-    def kill(self) -> None:
-        """SIGKILL of the worker process alone (its handler children must notice by themselves)."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGCONT)
-                os.kill(self.pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(10)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text() if self.log_path.exists() else ""
-
-
-class Application(threading.Thread):
-    """Enqueues jobs in its own transactions, each with the business row that needs it (the
-    outbox pattern): ``app_orders`` and the job commit together or not at all. Talks to
-    PostgreSQL directly and survives its restarts by reconnecting."""
-
-    def __init__(self, url: str, schema: str, rate: float, rng: random.Random) -> None:
-        super().__init__(daemon=True, name="application")
-        self.url, self.schema, self.rate, self.rng = url, schema, rate, rng
-        self.stopping = threading.Event()
-        self.committed = 0
-        self.failed = 0
-
-    def run(self) -> None:
-        seq = 0
-        conn: psycopg.Connection | None = None
-        while not self.stopping.wait(1.0 / self.rate):
-            seq += 1
-            key = f"app:{seq}"
-            try:
-                if conn is None or conn.closed:
-                    conn = psycopg.connect(self.url, connect_timeout=5)
-                    set_path(conn, self.schema)
-                    conn.commit()
-                with conn.transaction():
-                    conn.execute("INSERT INTO app_orders (key) VALUES (%s)", (key,))
-                    chain = 2 if self.rng.random() < 0.1 else 0
-                    cronkeeper.enqueue(conn, "soak.work", {"sleep": 0.5, "chain": chain, "hang": 5},
-                                       key=key, schema=self.schema, timeout=2.0, max_attempts=4,
-                                       backoff={"base": 0.3, "factor": 2, "max": 2})
-                self.committed += 1
-            except psycopg.Error:
-                self.failed += 1  # the order and its job were both rolled back (or both kept)
-                with contextlib.suppress(Exception):
-                    conn.close()
-                conn = None
-        if conn is not None:
-            conn.close()
-
-
 class Soak:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
-        self.pg = PrivatePostgres(max_connections=300)
+        self.kinds = tuple(k for k in KINDS if k not in args.without)
+        soak_faults.check_available(list(self.kinds), os.geteuid() == 0)
+        self.mounts = contextlib.ExitStack()
+        self.disk: Path | None = None
+        settings: dict[str, str] = {}
+        if "disk_full" in self.kinds:  # the cluster's files on a filesystem that can fill
+            self.disk = self.mounts.enter_context(small_tmpfs(soak_faults.DISK_SIZE))
+            settings |= soak_faults.DISK_SETTINGS
+        max_connections = 300
+        if "slots_exhausted" in self.kinds:  # small enough to fill, everyone a superuser
+            max_connections = soak_faults.SMALL_MAX_CONNECTIONS
+            settings["superuser_reserved_connections"] = "0"
+        self.pg = PrivatePostgres(max_connections=max_connections, settings=settings,
+                                  data_dir=self.disk / "data" if self.disk else None)
         self.workdir = Path(args.workdir or self.pg.root / "soak")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.faults: Counter[str] = Counter()
         self.fault_log: list[str] = []
-        self.timers: list[threading.Timer] = []
         self.frozen: set[int] = set()
         self.down: set[str] = set()  # killed on purpose, restart pending
         self.exits: list[str] = []  # processes that exited by themselves
         self.lock = threading.Lock()
+        self.stall_timeout = STALL_TIMEOUT
+        self.healing = threading.Event()  # set by heal(): every pending heal runs now
+        self.pending: list[threading.Thread] = []
+        self.heals: list[tuple[str, datetime]] = []  # (kind, instant healed): recovery times
+        self.server_fault: str | None = None  # at most one fault on the server at a time
+        self.faked: set[str] = set()  # instances running under libfaketime
+        self.disk_fills = self.disk_restarts = self.bursts = 0
+        self.burst_threads: list[soak_faults.Burst] = []
 
     # -- setup ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -222,7 +149,7 @@ class Soak:
         self.daemons = [
             Daemon(url=via(f"daemon{i}"), schema=self.schema, cluster=self.cluster,
                    schedules=schedules, instance_id=f"daemon{i}", log_dir=self.workdir,
-                   leader_timeout=LEADER_TIMEOUT, stall_timeout=5)
+                   leader_timeout=LEADER_TIMEOUT, stall_timeout=STALL_TIMEOUT)
             for i in range(3)]
         isolations = self.args.isolation.split(",")
         self.workers = [
@@ -255,11 +182,24 @@ class Soak:
         raise RuntimeError("the soak's own connection cannot reach PostgreSQL")
 
     # -- faults ---------------------------------------------------------------------------------
-    def _later(self, delay: float, action) -> None:
-        timer = threading.Timer(delay, action)
-        timer.daemon = True
-        self.timers.append(timer)
-        timer.start()
+    def _later(self, delay: float, action, during=None) -> None:
+        """Run ``action`` (a heal) after ``delay`` seconds, or at once when heal() begins;
+        ``during`` is called every 0.3 s until then (keeping a fault in force)."""
+        def wait_then_act() -> None:
+            end = time.monotonic() + delay
+            while not self.healing.wait(min(0.3, max(0.0, end - time.monotonic()))):
+                if time.monotonic() >= end:
+                    break
+                if during is not None:
+                    during()
+            action()
+        thread = threading.Thread(target=wait_then_act, daemon=True, name="heal")
+        self.pending.append(thread)
+        thread.start()
+
+    def healed(self, kind: str) -> None:
+        with self.lock:
+            self.heals.append((kind, soak_faults.now()))
 
     def _usable(self, procs) -> list:
         return [p for p in procs if p.alive() and p.pid not in self.frozen]
@@ -280,11 +220,23 @@ class Soak:
 
     def inject(self, kind: str) -> bool:
         rng = self.rng
-        if kind == "pg_restart":
-            mode = rng.choice(("fast", "immediate"))
-            (self.pg.restart if mode == "fast" else self.pg.crash_restart)()
-            self._record(kind, f"mode={mode}")
-            return True
+        if kind in soak_faults.SERVER_KINDS:
+            if self.server_fault is not None:
+                return False  # one fault on the server at a time
+            self.server_fault = kind
+            try:
+                done = self._inject_server(kind)
+            except BaseException:
+                self.server_fault = None
+                raise
+            if not done:
+                self.server_fault = None
+            return done
+        if kind in soak_faults.INJECT:
+            what = soak_faults.INJECT[kind](self)
+            if what is not None:
+                self._record(kind, what)
+            return what is not None
         targets = self._targets(kind)
         if not targets:
             return False
@@ -296,10 +248,12 @@ class Soak:
             target.kill()
             back = rng.uniform(0.5, 4.0)
 
-            def restart(target=target):
+            def restart(target=target, kind=kind):
                 with self.lock:
                     self.down.discard(target.instance_id)
-                    target.start()
+                    if not target.alive():
+                        target.start()
+                self.healed(kind)
             self._later(back, restart)
             self._record(kind, f"{name} (restarted after {back:.1f}s)")
         elif kind.startswith("stop_"):
@@ -308,24 +262,44 @@ class Soak:
             with self.lock:
                 self.frozen.add(pid)
 
-            def resume(pid=pid):
+            def resume(pid=pid, target=target, kind=kind):
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGCONT)
+                    target.signal(signal.SIGCONT)
                 with self.lock:
                     self.frozen.discard(pid)
+                self.healed(kind)
             self._later(length, resume)
             self._record(kind, f"{name} for {length:.1f}s")
         elif kind == "terminate_sessions":
             ports = self.relays[name].upstream_ports()
             n = self._query("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
                             " FROM pg_stat_activity WHERE client_port = ANY(%s)", (ports,))[0][0]
+            self.healed(kind)
             self._record(kind, f"{name}: {n} sessions")
         elif kind == "net_cut":
             relay, length = self.relays[name], rng.uniform(1.0, 7.0)
             relay.cut()
-            self._later(length, relay.heal)
+
+            def reconnect(relay=relay) -> None:
+                relay.heal()
+                self.healed("net_cut")
+            self._later(length, reconnect)
             self._record(kind, f"{name} for {length:.1f}s")
         return True
+
+    def _inject_server(self, kind: str) -> bool:
+        """A fault on the server; the ones that last clear ``server_fault`` when healed."""
+        if kind == "pg_restart":
+            mode = self.rng.choice(("fast", "immediate"))
+            (self.pg.restart if mode == "fast" else self.pg.crash_restart)()
+            self.server_fault = None
+            self.healed(kind)
+            self._record(kind, f"mode={mode}")
+            return True
+        what = soak_faults.INJECT[kind](self)
+        if what is not None:
+            self._record(kind, what)
+        return what is not None
 
     def _record(self, kind: str, what: str) -> None:
         self.faults[kind] += 1
@@ -336,14 +310,14 @@ class Soak:
     def run_faults(self) -> None:
         self.t0 = time.monotonic()
         end = self.t0 + self.args.minutes * 60
-        todo = list(KINDS)
+        todo = list(self.kinds)
         self.rng.shuffle(todo)  # every kind early, so a short run injects each one
         while time.monotonic() < end:
             time.sleep(self.rng.uniform(2.0, 6.0))
             if time.monotonic() >= end:
                 break
             self._restart_exited()
-            kind = todo.pop(0) if todo else self.rng.choice(KINDS)
+            kind = todo.pop(0) if todo else self.rng.choice(self.kinds)
             try:
                 if not self.inject(kind):
                     todo.append(kind)  # no eligible target now (all frozen or dead): later
@@ -363,8 +337,14 @@ class Soak:
 
     # -- the end --------------------------------------------------------------------------------
     def heal(self) -> None:
-        for timer in self.timers:
-            timer.cancel()
+        self.healing.set()
+        for thread in self.pending:  # each fault still in force is healed its own way
+            thread.join(120)
+        for burst in self.burst_threads:
+            burst.join(300)
+        if not server_running(self.pg):  # a restart that failed half-way: start it again
+            print("PostgreSQL was left stopped: started again", flush=True)
+            self.pg.start()
         for relay in self.relays.values():
             relay.heal()
         for p in (*self.daemons, *self.workers):
@@ -375,70 +355,10 @@ class Soak:
                 p.start()
         self.frozen.clear()
 
-    def settle(self) -> tuple:
-        self.app.stopping.set()
-        self.app.join(30)
-        until = self._query("SELECT clock_timestamp()")[0][0] - timedelta(seconds=1)
-
-        def decided():
-            self.db = self.db if not self.db.closed else set_path(self.pg.connect(), self.schema)
-            return not audit(self.db, until=until).missing
-        with contextlib.suppress(AssertionError):
-            wait_for(decided, 90, "every period due decided")
-        for d in self.daemons:
-            d.terminate()
-        for d in self.daemons:
-            with contextlib.suppress(Exception):
-                d.proc.wait(20)
-            d.kill()
-
-        def finished():
-            return self._query("SELECT count(*) FROM outbox WHERE state NOT IN"
-                               " ('succeeded', 'dead')")[0][0] == 0
-        with contextlib.suppress(AssertionError):
-            wait_for(finished, self.args.settle, "every job ended", interval=0.5)
-        for w in self.workers:
-            with contextlib.suppress(ProcessLookupError):
-                w.signal(signal.SIGTERM)
-        for w in self.workers:
-            try:
-                w.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                w.kill()
-        return until
-
-    def check(self, until) -> int:
-        db = self.db if not self.db.closed else set_path(self.pg.connect(), self.schema)
-        logs = [d.log_path for d in self.daemons] + [w.log_path for w in self.workers]
-        results = [
-            *check_periods(db, until),
-            check_history(self.pg.url, self.schema, self.started_at, until),
-            check_jobs(db),
-            check_effects(db, self.workdir),
-            check_fence(db, [w.log_path for w in self.workers]),
-            check_processes(logs),
-        ]
-        terms = db.execute("SELECT term FROM leadership WHERE cluster = %s", (self.cluster,)).fetchone()
-        print("\nfaults injected:")
-        for kind in KINDS:
-            print(f"  {kind:<20} {self.faults[kind]}")
-        print(f"  {'total':<20} {sum(self.faults.values())}")
-        print(f"\napplication: {self.app.committed} enqueue transactions committed, "
-              f"{self.app.failed} failed (rolled back with their order)")
-        print(f"processes that exited by themselves (restarted): {self.exits or 'none'}")
-        print(f"leadership terms: {terms[0] if terms else 0}; workers: "
-              f"{', '.join(f'{w.instance_id}={w.isolation}' for w in self.workers)}")
-        print("\ninvariants:")
-        for r in results:
-            print(f"  [{'PASS' if r.ok else 'FAIL'}] {r.name}\n         {r.detail}")
-        failed = [r for r in results if not r.ok]
-        print(f"\nsoak seed={self.args.seed} minutes={self.args.minutes}: "
-              f"{'OK' if not failed else f'{len(failed)} INVARIANT(S) VIOLATED'}; logs in {self.workdir}")
-        return 1 if failed else 0
-
     def cleanup(self) -> None:
-        for timer in self.timers:
-            timer.cancel()
+        self.healing.set()  # a fault still in force (a full disk) is healed first
+        for thread in self.pending:
+            thread.join(60)
         for p in (*self.daemons, *self.workers):
             with contextlib.suppress(Exception):
                 p.kill()
@@ -448,8 +368,9 @@ class Soak:
             relay.close()
         if not self.args.keep:
             self.pg.stop()
+            self.mounts.close()
         else:
-            print(f"kept: {self.pg.root} (server on port {self.pg.port})")
+            print(f"kept: {self.pg.root} (server on port {self.pg.port}; data in {self.pg.data})")
 
 
 def main() -> int:
@@ -464,20 +385,29 @@ def main() -> int:
                         help="seconds the workers get to finish every job at the end")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--keep", action="store_true", help="keep the private PostgreSQL and logs")
+    parser.add_argument("--without", default="", type=lambda s: [k for k in s.split(",") if k],
+                        help=f"faults to leave out, comma-separated, of: {', '.join(KINDS)}")
     args = parser.parse_args()
+    unknown = [k for k in args.without if k not in KINDS]
+    if unknown:
+        parser.error(f"--without: unknown fault(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
     if args.isolation is None:
         args.isolation = "thread,thread,process" if isolation_supported() else "thread,thread,thread"
         if not isolation_supported():
             print("note: this cronkeeper worker has no --isolation: all three workers use threads")
-    soak = Soak(args)
+    try:
+        soak = Soak(args)
+    except (AssertionError, OSError, subprocess.SubprocessError) as exc:
+        print(f"soak: cannot start: {exc}", file=sys.stderr)
+        return 2
     try:
         soak.start()
         print(f"soak seed={args.seed} minutes={args.minutes} schema={soak.schema} "
               f"postgres port={soak.pg.port} logs={soak.workdir}", flush=True)
         soak.run_faults()
         soak.heal()
-        until = soak.settle()
-        return soak.check(until)
+        until = soak_end.settle(soak)
+        return soak_end.check(soak, until)
     except Exception:  # noqa: BLE001 - the soak itself broke: say how, exit non-zero
         traceback.print_exc()
         return 2

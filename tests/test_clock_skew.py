@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -49,57 +48,15 @@ from daemon_harness import (
     wait_for,
     write_schedules,
 )
+from faults import faked_daemon, faked_env, set_offset
 from handlers_for_tests import q, spawn_worker
 from relay_helpers import private_redis, put, spawn_relay, stop, unique, write_config  # noqa: F401 - private_redis is a fixture
 from test_relay_rq import relay_config
 
-TESTS = Path(__file__).parent
-SITE = TESTS / "faketime_site"  # sitecustomize: time.sleep despite libfaketime 0.9.10's bug
-LIBFAKETIME_CANDIDATES = (
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/faketime/libfaketimeMT.so.1",
-    "/usr/local/lib/faketime/libfaketimeMT.so.1",
-)
 HOUR = 3600.0
 SKEW_TOLERANCE = 5.0  # seconds: the measured skew is an hour give or take a heartbeat's latency
 LATE_BOUND = 30.0  # seconds: a job created this late (or decided) is not an hour late either
 EVERY_SECOND = {"tick.toml": schedule_toml("tick", every="1s", task="noop")}
-
-
-def libfaketime() -> str:
-    """The preload library; the test fails (never skips) without it."""
-    for path in LIBFAKETIME_CANDIDATES:
-        if os.path.isfile(path):
-            return path
-    raise AssertionError(
-        "libfaketime not found (looked for " + ", ".join(LIBFAKETIME_CANDIDATES) + "): install "
-        "Debian's faketime package (scripts/test-deps.sh does: apt-get install faketime)")
-
-
-def faked_env(*, offset: str | None = None, file: Path | None = None) -> dict[str, str]:
-    """Environment that runs a process with its wall clock at ``offset`` (``-1h``), or at the
-    offset written in ``file`` (re-read on every clock read), its monotonic clock untouched."""
-    env = {"LD_PRELOAD": libfaketime(), "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-           "PYTHONPATH": os.pathsep.join([str(SITE), str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    if file is not None:
-        env |= {"FAKETIME_TIMESTAMP_FILE": str(file), "FAKETIME_NO_CACHE": "1"}
-    else:
-        assert offset is not None
-        env["FAKETIME"] = offset
-    return env
-
-
-def set_offset(file: Path, offset: str) -> None:
-    tmp = file.with_suffix(".tmp")
-    tmp.write_text(offset + "\n")
-    tmp.chmod(0o644)
-    tmp.replace(file)  # atomic: a clock read never sees half a line
-
-
-def faked_daemon(daemon: Daemon, env: dict[str, str]) -> Daemon:
-    daemon.argv = ["env", *(f"{k}={v}" for k, v in env.items()), *daemon.argv]
-    return daemon
 
 
 def skews(db: psycopg.Connection, cluster: str) -> dict[str, float | None]:

@@ -43,6 +43,7 @@ from daemon_harness import (
     wait_for,
     write_schedules,
 )
+from faults import SlotHog
 
 from cronkeeper.outage import kind_of
 
@@ -96,30 +97,9 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
     fleet = Fleet(pg, schema, schedules, tmp_path, n=2)
     worker_log = tmp_path / "worker.log"
     worker: subprocess.Popen | None = None
-    fillers: list[psycopg.Connection] = []
 
-    def cronkeeper_backends() -> list[int]:
-        return [pid for (pid,) in db.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'cronkeeper%%'")]
-
-    def fill() -> None:
-        """Take every free slot; the server refusing one more is what the fleet meets."""
-        while True:
-            try:
-                fillers.append(psycopg.connect(pg.url, autocommit=True, application_name="filler",
-                                               connect_timeout=5))
-            except psycopg.OperationalError as exc:
-                assert "too many clients" in str(exc), exc
-                return
-
-    def squeeze() -> bool:
-        """Fill, end every cronkeeper session, fill the slots they freed; again until none of
-        theirs is left (a process may take a freed slot before the filler does)."""
-        fill()
-        for pid in cronkeeper_backends():
-            db.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
-        fill()
-        return not cronkeeper_backends()
+    hog = SlotHog(pg, db)
+    cronkeeper_backends = hog.cronkeeper_backends
 
     try:
         fleet.start()
@@ -144,7 +124,7 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
 
         marks = {d.instance_id: len(d.records()) for d in fleet.daemons}
         worker_mark, relay_mark = len(json_records(worker_log)), len(json_records(relay_log))
-        wait_for(squeeze, 30, "every slot taken and no cronkeeper session left", interval=0.05)
+        wait_for(hog.squeeze, 30, "every slot taken and no cronkeeper session left", interval=0.05)
         start = db_now(db)
 
         def refused() -> bool:
@@ -193,9 +173,7 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
         assert any(r.get("action") == "leader_lost" for r in lines[leader.instance_id])
 
         freed = db_now(db)
-        for conn in fillers:
-            conn.close()
-        fillers.clear()
+        hog.release()
         new = wait_for(lambda: (r := leader_row(db, fleet.cluster)) and r.term > held_term
                        and r.released_at is None and r, 30, "a leader once the slots are free")
         wait_for(lambda: db.execute("SELECT count(*) FROM outbox WHERE state = 'succeeded' "
@@ -251,8 +229,7 @@ def test_every_slot_taken_is_survived_said_once_and_resumed_with_nothing_lost(se
             assert proc.wait(30) == 0, path.read_text()[-3000:]
         assert "Traceback" not in fleet.logs() + worker_log.read_text() + relay_log.read_text()
     finally:
-        for conn in fillers:
-            conn.close()
+        hog.release()
         fleet.shutdown()
         for proc in (worker, relay):
             if proc is not None and proc.poll() is None:

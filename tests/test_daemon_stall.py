@@ -9,11 +9,7 @@ private PostgreSQL, beside busy loops this test starts (and kills) to slow them 
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from daemon_harness import (
@@ -24,6 +20,7 @@ from daemon_harness import (
     wait_for,
     write_schedules,
 )
+from faults import busy_loops
 
 SCHEDULES = 30_000
 FILES = 30
@@ -34,18 +31,6 @@ BUSY_LOOPS = 2
 @pytest.fixture
 def pg():
     return shared_postgres()
-
-
-@contextlib.contextmanager
-def busy_loops(n: int) -> Iterator[None]:
-    """``n`` processes that spin on the CPU (a noisy neighbour), ended by their pid."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait(10)
 
 
 def _count(pg, schema: str, sql: str, *args: object) -> int:

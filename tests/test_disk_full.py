@@ -17,12 +17,10 @@ database refused writes.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import signal
 import subprocess
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -44,6 +42,7 @@ from daemon_harness import (
     wait_for,
     write_schedules,
 )
+from faults import fill_disk, free_disk, server_running, small_tmpfs
 
 SIZE = "96m"  # the cluster takes about 41 MB of it (16 MB of WAL)
 HOLD = 18.0  # seconds the filesystem is kept full once PostgreSQL has refused a write
@@ -73,15 +72,8 @@ def small_disk() -> Iterator[Path]:
     """A tmpfs of SIZE, mounted for this test and unmounted after it, whatever happened."""
     if os.geteuid() != 0:
         pytest.fail("this test mounts a small filesystem: it must run as root")
-    mount = Path(tempfile.mkdtemp(prefix="cronkeeper-disk-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0755", "cronkeeper-disk",
-                    str(mount)], check=True, capture_output=True, text=True)
-    try:
+    with small_tmpfs(SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
-        with contextlib.suppress(OSError):
-            mount.rmdir()
 
 
 @pytest.fixture
@@ -91,30 +83,6 @@ def server(small_disk: Path) -> Iterator[PrivatePostgres]:
         yield pg.start()
     finally:
         pg.stop()
-
-
-def fill(directory: Path, n: int) -> int:
-    """Write ``directory/filler-N`` until the filesystem says ENOSPC; the bytes written."""
-    written = 0
-    with open(directory / f"filler-{n}", "ab", buffering=0) as out:
-        for chunk in (1 << 20, 1 << 12):
-            block = b"\0" * chunk
-            while True:
-                try:
-                    written += out.write(block) or 0
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
-    return written
-
-
-def server_running(pg: PrivatePostgres) -> bool:
-    """``pg_ctl status``: 0 while the postmaster runs, 3 when it does not."""
-    argv = [str(pg.bindir / "pg_ctl"), "-D", str(pg.data), "status"]
-    if pg.user is not None:
-        argv = ["runuser", "-u", pg.user, "--", *argv]
-    return subprocess.run(argv, capture_output=True, timeout=30).returncode == 0
 
 
 def query(pg: PrivatePostgres, schema: str, sql: str, params: Any = None) -> list[tuple]:
@@ -160,7 +128,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
         server_log_mark = pg.logfile.stat().st_size
 
         fillers += 1
-        print(f"\nfiller: {fill(small_disk, fillers) >> 20} MB until ENOSPC")
+        print(f"\nfiller: {fill_disk(small_disk, fillers) >> 20} MB until ENOSPC")
         if full == "wal":
             with contextlib.suppress(psycopg.Error), pg.connect() as conn:
                 conn.execute("SELECT pg_switch_wal()")
@@ -173,13 +141,13 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
 
         def refused() -> bool:
             """PostgreSQL has refused a write (an ERROR) or stopped (a PANIC)."""
-            fill(small_disk, fillers)  # keep it full: a checkpoint may free a WAL segment
+            fill_disk(small_disk, fillers)  # keep it full: a checkpoint may free a WAL segment
             return server_said("No space left on device")
         wait_for(refused, 60, "PostgreSQL to refuse a write for want of space", interval=0.2)
         refused_at = datetime.now().astimezone()
 
         def held() -> bool:
-            fill(small_disk, fillers)
+            fill_disk(small_disk, fillers)
             assert all(d.alive() for d in fleet.daemons), fleet.logs()
             assert worker.poll() is None, worker_log.read_text()[-3000:]
             return (datetime.now().astimezone() - refused_at).total_seconds() >= HOLD
@@ -220,8 +188,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
             assert any(n in m for m in everything for n in REFUSED), (
                 "no process said the database refused a write", lines)
 
-        for filler in small_disk.glob("filler-*"):
-            filler.unlink()
+        free_disk(small_disk)
         healed = datetime.now().astimezone()
         restarted = False
         if not server_running(pg):  # a PANIC that crash recovery could not get past
@@ -298,8 +265,7 @@ def test_out_of_disk_is_survived_said_once_and_resumed_with_nothing_lost(
         assert worker.wait(30) == 0, worker_log.read_text()[-3000:]
         assert "Traceback" not in fleet.logs() + worker_log.read_text()
     finally:
-        for filler in small_disk.glob("filler-*"):
-            filler.unlink()
+        free_disk(small_disk)
         fleet.shutdown()
         if worker is not None and worker.poll() is None:
             worker.kill()

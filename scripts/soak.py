@@ -191,8 +191,13 @@ class Soak:
                 if time.monotonic() >= end:
                     break
                 if during is not None:
-                    during()
-            action()
+                    with contextlib.suppress(Exception):
+                        during()
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - reported; heal() starts the server if need be
+                print(f"healing failed: {exc!r}", flush=True)
+                self.server_fault = None
         thread = threading.Thread(target=wait_then_act, daemon=True, name="heal")
         self.pending.append(thread)
         thread.start()

@@ -15,6 +15,7 @@ import psycopg
 from daemon_harness import CRONKEEPER, set_path
 
 import cronkeeper
+from cronkeeper.errors import DatabaseError
 
 HERE = Path(__file__).resolve().parent
 
@@ -102,7 +103,7 @@ class Application(threading.Thread):
                                        key=key, schema=self.schema, timeout=2.0, max_attempts=4,
                                        backoff={"base": 0.3, "factor": 2, "max": 2})
                 self.committed += 1
-            except psycopg.Error:
+            except (psycopg.Error, DatabaseError):  # DatabaseError: cronkeeper.enqueue's own
                 self.failed += 1  # the order and its job were both rolled back (or both kept)
                 with contextlib.suppress(Exception):
                     conn.close()

@@ -1,22 +1,28 @@
 """How long a leader takes to fire its first period with a large set on a busy machine (issue 21).
 
-N six-field schedules (``cron = "*/5 * * * * *"``, in files of 1,000) on a private PostgreSQL
-(fsync on), beside ``--busy`` processes that spin on the CPU. Two starts, each with
+N six-field schedules (``--cron``, by default ``"*/5 * * * * *"``, in files of 1,000) on a
+private PostgreSQL (fsync on), beside ``--busy`` processes that spin on the CPU and, with
+``--dsync``, one that writes 64 MiB with ``dd ... oflag=dsync`` to the server's filesystem over
+and over (a noisy neighbour on the disk: issue 21's repro). Two starts, each with
 ``--stall-timeout``: a first start (every version new: adoption), then, after a SIGKILL, a
 takeover by a second daemon (every version read back, the missed periods caught up). For each:
-seconds from the process's start to its first emitted period and to a whole instant's N
-emitted, and how many times the stall watchdog stepped a term down meanwhile. A start that
+seconds from the process's start to its first emitted period and to N periods emitted under
+its term (a whole instant's, for schedules that fire every 5 s), and how many times the stall watchdog stepped a term down meanwhile. A start that
 fires nothing within ``--limit`` seconds is reported as such (the livelock of issue 21).
 
     .venv/bin/python benchmarks/first_fire_under_load.py [--schedules 30000] [--busy 2]
-        [--stall-timeout 2] [--limit 120]
+        [--dsync] [--cron "* * * * * *"] [--stall-timeout 2] [--limit 120]
+
+Issue 21's own run: ``--schedules 100000 --busy 4 --dsync --cron "* * * * * *"
+--stall-timeout 10``. The machine's load average is printed with each start (other work on a
+shared machine counts too).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +37,7 @@ from daemon_harness import (  # noqa: E402
     set_path,
     write_schedules,
 )
+from faults import busy_loops, dsync_writer  # noqa: E402
 
 PER_FILE = 1000
 
@@ -65,14 +72,18 @@ def measure(pg: PrivatePostgres, schema: str, daemon: Daemon, n: int, limit: flo
     def shown(t: float | None) -> str:
         return f"{t:.1f} s" if t is not None else f"none in {limit:.0f} s"
 
-    return (f"first fire {shown(first)}, all {n} of an instant {shown(whole)}; "
-            f"{stalls} stalls, {terms} terms")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (f"first fire {shown(first)}, {n} periods emitted {shown(whole)}; "
+            f"{stalls} stalls, {terms} terms; load average {load}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=30_000)
-    parser.add_argument("--busy", type=int, default=2)
+    parser.add_argument("--busy", type=int, default=2, help="busy loops beside the leader")
+    parser.add_argument("--dsync", action="store_true",
+                        help="a dd writer fsyncing every block to the server's filesystem")
+    parser.add_argument("--cron", default="*/5 * * * * *", help="every schedule's six-field cron")
     parser.add_argument("--stall-timeout", type=float, default=2.0)
     parser.add_argument("--limit", type=float, default=120.0)
     args = parser.parse_args()
@@ -80,33 +91,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="first-fire-") as tmp:
         directory = write_schedules(Path(tmp) / "s", {
             f"f{f:03d}.toml": "\n".join(
-                schedule_toml(f"s{f:03d}-{i:04d}", cron="*/5 * * * * *", misfire="skip")
+                schedule_toml(f"s{f:03d}-{i:04d}", cron=args.cron, misfire="skip")
                 for i in range(PER_FILE))
             for f in range(n // PER_FILE)})
         pg = PrivatePostgres(fsync=True)
         pg.start()
-        busy: list[subprocess.Popen] = []
         daemons: list[Daemon] = []
-        try:
+        print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+        with contextlib.ExitStack() as neighbours:
+            neighbours.callback(pg.stop)
             schema = pg.new_schema()
-            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                    for _ in range(args.busy)]
+            neighbours.enter_context(busy_loops(args.busy))
+            if args.dsync:  # beside the server's files: the same disk
+                neighbours.enter_context(dsync_writer(pg.root))
             for name in ("first-start", "takeover"):
                 daemon = Daemon(url=pg.url, schema=schema, cluster="bench", schedules=directory,
                                 instance_id=name, log_dir=Path(tmp),
                                 stall_timeout=args.stall_timeout, leader_timeout=30)
                 daemons.append(daemon)
+                neighbours.callback(daemon.kill)
                 print(f"{name}: {measure(pg, schema, daemon, n, args.limit)}", flush=True)
                 daemon.kill()
-        finally:
-            for daemon in daemons:
-                daemon.kill()
-            for proc in busy:
-                proc.kill()
-                proc.wait(10)
-            pg.stop()
-    print(f"{n} schedules, {args.busy} busy loops, --stall-timeout {args.stall_timeout:g}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(f"{n} schedules ({args.cron}), {args.busy} busy loops"
+          f"{', a dd writer with oflag=dsync' if args.dsync else ''}, --stall-timeout "
+          f"{args.stall_timeout:g}; load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

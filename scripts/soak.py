@@ -61,7 +61,9 @@ from soak_procs import Application, WorkerProc, isolation_supported  # noqa: E40
 
 KINDS = ("kill_leader", "kill_standby", "kill_worker", "stop_leader", "stop_standby",
          "stop_worker", "terminate_sessions", "pg_restart", "net_cut", *soak_faults.KINDS)
-STALL_TIMEOUT = 5
+# Below LEADER_TIMEOUT: a leader whose tick hangs (stall_leader) is stepped down by its own
+# watchdog before a standby deposes it for its silent heartbeat (the heartbeat waits behind it).
+STALL_TIMEOUT = 2
 LEADER_TIMEOUT = 3
 BACKOFF = 'backoff = { base = "0.3s", factor = 2, max = "2s" }'
 

@@ -8,7 +8,9 @@ everything a cut held back. ``upstream_ports()`` are the local
 ports of its connections to the server: PostgreSQL shows them as ``client_port`` in
 ``pg_stat_activity``, so a test can find (and terminate) exactly the sessions of the process
 behind this relay. A refused upstream (the server restarting) closes that one client and the
-relay keeps accepting.
+relay keeps accepting. Once both directions of a connection have ended, its two sockets are
+closed (a relay that lives through thousands of reconnects, as the soak's do, keeps no
+descriptor of a finished one).
 """
 
 from __future__ import annotations
@@ -47,10 +49,28 @@ class Relay:
             with self._lock:
                 self._upstreams.add(upstream)
                 self._sockets.update((client, upstream))
+            ended: list[socket.socket] = []  # one entry per direction that has ended
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b, upstream), daemon=True).start()
+                threading.Thread(target=self._pump, args=(a, b, upstream, client, ended),
+                                 daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, upstream: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, upstream: socket.socket,
+              client: socket.socket, ended: list[socket.socket]) -> None:
+        try:
+            self._move(src, dst, upstream)
+        finally:
+            with self._lock:
+                ended.append(src)
+                both = len(ended) == 2
+                if both:
+                    self._sockets.difference_update((client, upstream))
+                    self._upstreams.discard(upstream)
+            if both:  # both directions over: nothing will use either socket again
+                for sock in (client, upstream):
+                    with contextlib.suppress(OSError):
+                        sock.close()
+
+    def _move(self, src: socket.socket, dst: socket.socket, upstream: socket.socket) -> None:
         while True:
             try:
                 data = src.recv(65536)
@@ -70,6 +90,8 @@ class Relay:
             except OSError:
                 with self._lock:
                     self._upstreams.discard(upstream)
+                with contextlib.suppress(OSError):  # the other direction's recv returns too
+                    dst.shutdown(socket.SHUT_RDWR)
                 return
 
     def upstream_ports(self) -> list[int]:

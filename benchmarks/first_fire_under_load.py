@@ -11,7 +11,7 @@ its term (a whole instant's, for schedules that fire every 5 s), and how many ti
 fires nothing within ``--limit`` seconds is reported as such (the livelock of issue 21).
 
     .venv/bin/python benchmarks/first_fire_under_load.py [--schedules 30000] [--busy 2]
-        [--dsync] [--cron "* * * * * *"] [--stall-timeout 2] [--limit 120]
+        [--dsync] [--cron "* * * * * *"] [--stall-timeout 2] [--limit 120] [--warmup 60]
 
 Issue 21's own run: ``--schedules 100000 --busy 4 --dsync --cron "* * * * * *"
 --stall-timeout 10``. The machine's load average is printed with each start (other work on a
@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--cron", default="*/5 * * * * *", help="every schedule's six-field cron")
     parser.add_argument("--stall-timeout", type=float, default=2.0)
     parser.add_argument("--limit", type=float, default=120.0)
+    parser.add_argument("--warmup", type=float, default=0.0,
+                        help="seconds the neighbours run before the first start (so the load "
+                             "average printed shows them)")
     args = parser.parse_args()
     n = args.schedules
     with tempfile.TemporaryDirectory(prefix="first-fire-") as tmp:
@@ -104,6 +107,9 @@ def main() -> None:
             neighbours.enter_context(busy_loops(args.busy))
             if args.dsync:  # beside the server's files: the same disk
                 neighbours.enter_context(dsync_writer(pg.root))
+            time.sleep(args.warmup)
+            print(f"load average after {args.warmup:g} s of neighbours: "
+                  f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
             for name in ("first-start", "takeover"):
                 daemon = Daemon(url=pg.url, schema=schema, cluster="bench", schedules=directory,
                                 instance_id=name, log_dir=Path(tmp),

@@ -377,7 +377,8 @@ class Soak:
             self.pg.stop()
             self.mounts.close()
         else:
-            print(f"kept: {self.pg.root} (server on port {self.pg.port}; data in {self.pg.data})")
+            print(f"kept: {self.pg.root} (server on port {self.pg.port}; data in {self.pg.data}"
+                  f"{', a tmpfs unmounted (lazily) as this process exits' if self.disk else ''})")
 
 
 def main() -> int:

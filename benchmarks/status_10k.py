@@ -13,7 +13,8 @@ leader leads (and the table format once), printing the median and the best, each
 CPU time and the load average; then once more after the leader has stopped (every figure
 computed live, as before the summary). For the ratio within
 the run it also times the document in-process both ways (the leader's summary, and every
-schedule computed live, as without a leader), and prints the plan (EXPLAIN ANALYZE) of the
+schedule computed live, as without a leader), the CPU of a process that only imports what the
+command imports (the floor no change to the reads or the document lowers), and prints the plan (EXPLAIN ANALYZE) of the
 run-time statement, ``attempts_runtimes``, to name the indexes it uses, the statement's own
 time, and how long migration 0009's index takes to build over these attempts.
 
@@ -153,6 +154,23 @@ def children_cpu() -> float:
     return used.ru_utime + used.ru_stime
 
 
+def import_floor() -> None:
+    """CPU of a process that only imports what the status command imports (and one importing
+    SQLAlchemy alone): the part of status's CPU no change to the reads or the document touches."""
+    command = ("import cronkeeper.cli.main, cronkeeper.cli.status, cronkeeper.cli.connect, "
+               "cronkeeper.operations.status, cronkeeper.operations.figures, orjson")
+    for what, code in (("the status command's modules", command), ("SQLAlchemy alone",
+                                                                     "import sqlalchemy"),
+                       ("psycopg alone", "import psycopg")):
+        cpu = []
+        for _ in range(3):
+            used = children_cpu()
+            subprocess.run([sys.executable, "-c", code], check=True)
+            cpu.append(children_cpu() - used)
+        print(f"python importing {what}: CPU best {min(cpu):.3f}s, median "
+              f"{statistics.median(cpu):.3f}s over 3 | {load()}")
+
+
 def load() -> str:
     return "load average " + ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -209,6 +227,7 @@ def main() -> None:
                   f"run(s) (its CPU: best {min(cpu):.3f}s; {flagged} schedules diagnosed near "
                   "their timeout)")
         in_process(args.database_url, schema)
+        import_floor()
         lasted = time.perf_counter() - leading_from
         print(f"the leader (ticking and summarizing, no workers) meanwhile: "
               f"{process_cpu(leader.pid) - leader_cpu:.1f}s of CPU in {lasted:.0f}s")

@@ -14,8 +14,8 @@ CPU time and the load average; then once more after the leader has stopped (ever
 computed live, as before the summary). For the ratio within
 the run it also times the document in-process both ways (the leader's summary, and every
 schedule computed live, as without a leader), the CPU of a process that only imports what the
-command imports (the floor no change to the reads or the document lowers), and prints the plan (EXPLAIN ANALYZE) of the
-run-time statement, ``attempts_runtimes``, to name the indexes it uses, the statement's own
+command imports (the floor no change to the reads or the document lowers), and prints the plan
+(EXPLAIN ANALYZE) of the run-time statement, ``attempts_runtimes``, to name the indexes it uses, the statement's own
 time, and how long migration 0009's index takes to build over these attempts.
 
     .venv/bin/python benchmarks/status_10k.py [--runs 5] [--schedules 10000]
@@ -159,9 +159,9 @@ def import_floor() -> None:
     SQLAlchemy alone): the part of status's CPU no change to the reads or the document touches."""
     command = ("import cronkeeper.cli.main, cronkeeper.cli.status, cronkeeper.cli.connect, "
                "cronkeeper.operations.status, cronkeeper.operations.figures, orjson")
-    for what, code in (("the status command's modules", command), ("SQLAlchemy alone",
-                                                                     "import sqlalchemy"),
-                       ("psycopg alone", "import psycopg")):
+    for what, code in (("nothing (the interpreter's start)", "pass"),
+                       ("the status command's modules", command),
+                       ("SQLAlchemy alone", "import sqlalchemy"), ("psycopg alone", "import psycopg")):
         cpu = []
         for _ in range(3):
             used = children_cpu()

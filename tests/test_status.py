@@ -183,3 +183,34 @@ def test_a_stop_on_the_previous_releases_schema_backdates_the_heartbeat(engine, 
             "SELECT role, extract(epoch FROM clock_timestamp() - heartbeat_at) FROM instances "
             "WHERE instance_id = 'w1'")).one()
     assert role == "worker" and age > 80000
+
+
+def test_status_runs_without_the_cyclic_collector_and_restores_it(
+        database_url, schema, cluster, monkeypatch):
+    """The command builds its document with the cyclic collector off (a one-shot process) and
+    turns it back on after, whether it succeeded or failed (callers in-process)."""
+    import gc
+
+    import cronkeeper.cli.status as status_cli
+
+    seen = []
+    real = status_cli.gather
+
+    def gather(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(status_cli, "gather", gather)
+    before = gc.isenabled()  # other commands run in-process earlier (validate, history) may
+    gc.enable()  # have left it off: they do not restore it
+    try:
+        doc = json.loads(status(database_url, schema, cluster, "--format", "json").stdout)
+        assert doc["schema"] == schema and seen == [False] and gc.isenabled()
+        failed = status(database_url, "no_such_schema_here", cluster, "--format", "json")
+        assert failed.exit_code != 0 and "Traceback" not in failed.output
+        assert gc.isenabled()
+        gc.disable()  # off before: off after
+        status(database_url, schema, cluster, "--format", "json")
+        assert not gc.isenabled() and seen == [False, False]
+    finally:
+        (gc.enable if before else gc.disable)()

@@ -43,14 +43,14 @@ def load_schedules(path: str) -> ScheduleSet:
         gc.enable()
 
 
-def check_no_runtime_conflicts(engine: Engine, schedules: ScheduleSet) -> None:
+def check_no_runtime_conflicts(engine: Engine, schema: str, schedules: ScheduleSet) -> None:
     """Names are one namespace across files and runtime (docs/runtime-schedules.md): a file set
     that defines a name a live runtime schedule holds is refused as an invalid set is
     (ScheduleError, each diagnostic naming the runtime schedule)."""
     by_name = schedules.by_name()
     with translate_errors("checking the schedule names against runtime schedules"), \
             engine.connect() as conn:
-        held = runtime_live_among(conn, list(by_name))
+        held = runtime_live_among(conn, list(by_name), schema=schema)
         conn.rollback()
     if held:
         diagnostics = [Diagnostic(by_name[n].file, by_name[n].line, n, (
@@ -79,6 +79,7 @@ class Daemon:
         self._thread = threading.Thread(target=self.node.run, name="node")
         self._reload_requested = threading.Event()
         self.engine = engine
+        self.schema = schema
         # Runtime schedule changes (cronkeeper.schedules) NOTIFY at commit: the leader looks at
         # once (and every second without it: LeaderOptions.runtime_poll).
         self.listener = Wakeups(engine, schema, 1.0, self.loop.runtime_changed,
@@ -132,7 +133,7 @@ class Daemon:
     def _reload(self) -> None:
         try:
             schedules = load_valid([self.schedules_dir], now=clock.wall())
-            check_no_runtime_conflicts(self.engine, schedules)
+            check_no_runtime_conflicts(self.engine, self.schema, schedules)
         except ScheduleError as exc:
             for diag in exc.diagnostics:
                 log.error("reload refused: %s", diag.render(), extra={"action": "reload_refused"})

@@ -66,7 +66,7 @@ def run_command(
     schedules = load_schedules(schedules_dir)
     db = open_database(database_url, schema, migrate_first=migrate_first,
                        application_name="cronkeeper-run", wait=True)
-    check_no_runtime_conflicts(db.engine, schedules)
+    check_no_runtime_conflicts(db.engine, schema, schedules)
     instance_id = instance_id or default_instance_id()
     metrics = start_metrics(metrics_address, "scheduler", engine=db.engine, cluster=cluster)
     pinger = notify.pinger(notes, instance_id)

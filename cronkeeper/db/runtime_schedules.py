@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import sqlalchemy as sa
 
 from cronkeeper.db.engine import caller_rows, check_schema_name, driver, one_row
@@ -246,9 +247,16 @@ def runtime_fence(conn: psycopg.Connection, names: Sequence[str]) -> dict[str, i
     ).fetchall())
 
 
-def runtime_live_among(conn: sa.Connection | psycopg.Connection, names: Sequence[str]) -> list[str]:
+def runtime_live_among(conn: sa.Connection | psycopg.Connection, names: Sequence[str],
+                       *, schema: str | None = None) -> list[str]:
     """The names among ``names`` held by a live runtime schedule (a file set naming one is
-    refused)."""
+    refused). With ``schema``, the transaction names it itself (``SET LOCAL search_path``):
+    ``run`` asks before its election has checked that the connection keeps its session, and
+    through a transaction-pooling proxy the connection's own search_path is lost, so the
+    proxy's refusal must come first, not "relation does not exist"."""
+    if schema is not None:
+        driver(conn).execute(psycopg.sql.SQL("SET LOCAL search_path TO {}").format(
+            psycopg.sql.Identifier(schema)))
     return [r[0] for r in driver(conn).execute(
         "SELECT name FROM runtime_schedules WHERE deleted_at IS NULL"
         " AND name = ANY(%(names)s::text[]) ORDER BY name",

@@ -111,6 +111,13 @@ def test_beat_schedule_converted_and_valid(shop) -> None:
     assert all(d["owner"] == "shop" for d in doc.values())
     # no result backend: the relay cannot learn that a run finished, so beat's way is kept
     assert all(d["overlap"] == "allow" for d in doc.values())
+    # the file's header says, whole, how cronkeeper differs from beat
+    text = (out / "shopapp-app.toml").read_text()
+    for line in ("# Differences from Celery beat, for every schedule below:",
+                 "# - each schedule emits a job whose task is the Celery task name",
+                 "# - beat ran a task whenever it was due, even while the previous run was busy.",
+                 "# - beat forgot runs missed while it was down;"):
+        assert line in text, line
 
 
 def test_refusals_and_warnings_name_the_entry_and_the_reason(shop) -> None:

@@ -38,16 +38,11 @@ from cronkeeper.importing.celery_crontab import crontab_cron
 from cronkeeper.importing.model import Conversion, Entry, Problem, UnusableInput
 from cronkeeper.timing import TimingError, load_zone
 
-_FIELDS = (  # (crontab attribute, cron position, low, high)
-    ("minute", 0, 0, 59),
-    ("hour", 1, 0, 23),
-    ("day_of_month", 2, 1, 31),
-    ("month_of_year", 3, 1, 12),
-    ("day_of_week", 4, 0, 6),
-)
-_CRON_ATTR = {0: "minutes", 1: "hours", 2: "days", 3: "months", 4: "weekdays"}
 HEADER = (
-    "Differences from Celus run was busy. cronkeeper",
+    "Differences from Celery beat, for every schedule below:",
+    "- each schedule emits a job whose task is the Celery task name and whose payload is its",
+    "  kwargs; `cronkeeper relay` hands it to Celery (see the suggested relay config).",
+    "- beat ran a task whenever it was due, even while the previous run was busy. cronkeeper",
     "  skips a period whose previous job is unfinished (overlap = \"skip\", the default) when",
     "  it can learn that a run finished: from the app's result backend. A task whose results",
     "  are not stored is written with overlap = \"allow\", beat's way (see its note).",

@@ -1,16 +1,17 @@
-"""Resolve where the database is (configured, or the embedded one) and open an engine."""
+"""Resolve where the database is (configured, or the embedded one) and open an engine: a
+SQLAlchemy one, or for a reader that needs no more (status) a ``DirectEngine`` on psycopg alone."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cronkeeper import clock, embedded
 from cronkeeper.db.engine import (
-    CONNECTION_ERRORS,
-    URL,
-    Engine,
+    DirectEngine,
     check_schema_name,
+    direct_url,
     make_engine,
     normalize_url,
     redact,
@@ -19,21 +20,47 @@ from cronkeeper.db.migrate import migrate, require_compatible
 from cronkeeper.errors import DatabaseError, SchemaIncompatible
 from cronkeeper.outage import OutageReport, kind_of
 
+if TYPE_CHECKING:
+    from cronkeeper.db.engine import URL, Engine
+
 log = logging.getLogger("cronkeeper.connect")
 
 
 @dataclass
 class Database:
-    url: URL
+    url: URL  # from open_direct: a str, already redacted (status only shows it)
     schema: str
     engine: Engine
     embedded: bool
 
 
+def open_direct(database_url: str | None, schema: str, *, application_name: str) -> Database:
+    """``open_database(database_url, schema, application_name=...)`` for a command that only
+    reads through psycopg (status): the same checks and messages, without importing SQLAlchemy
+    when the URL is plain and the schema current. Anything else (a host list, an escaped URL, a
+    bad one, an embedded schema to migrate) goes through ``open_database`` itself."""
+    check_schema_name(schema)
+    raw = database_url or embedded.start()
+    found = direct_url(raw)
+    if found is None:
+        return open_database(raw if database_url else None, schema,
+                             application_name=application_name, _url=raw)
+    params, shown = found
+    engine = DirectEngine(params, schema, application_name=application_name)
+    try:
+        require_compatible(engine, schema)
+    except SchemaIncompatible:
+        if database_url:
+            raise
+        # The embedded schema is migrated, not checked (as open_database does).
+        return open_database(None, schema, application_name=application_name, _url=raw)
+    return Database(shown, schema, engine, not database_url)  # type: ignore[arg-type]  # see url
+
+
 def open_database(
     database_url: str | None, schema: str, *, migrate_first: bool = False, check: bool = True,
     application_name: str = "cronkeeper", wait: bool = False, schema_needed: int | None = None,
-    migrate_embedded: bool = True,
+    migrate_embedded: bool = True, _url: str | None = None,
 ) -> Database:
     """The embedded database is migrated always; a configured one only when asked to.
 
@@ -47,7 +74,7 @@ and when it ends (``cronkeeper.outage``), as it is once running; a
     migration this release ships; workers and relays also run on the previous release's)."""
     check_schema_name(schema)
     is_embedded = not database_url
-    url = normalize_url(database_url or embedded.start())
+    url = normalize_url(database_url or _url or embedded.start())
     engine = make_engine(url, schema, application_name=application_name)
     delay = 0.5
     outage = OutageReport()
@@ -80,5 +107,7 @@ and when it ends (``cronkeeper.outage``), as it is once running; a
 
 
 def _cannot_connect(exc: BaseException) -> bool:
+    from cronkeeper.db.engine import CONNECTION_ERRORS
+
     cause = exc.__cause__
     return isinstance(cause, CONNECTION_ERRORS)

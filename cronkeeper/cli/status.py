@@ -116,10 +116,12 @@ def status_command(database_url, schema, cluster, fmt, leader_timeout, schedules
 
 
 def _status(database_url, schema, cluster, fmt, leader_timeout, schedules_path) -> None:
-    from cronkeeper.cli.connect import open_database
+    from cronkeeper.cli.connect import open_direct
     from cronkeeper.db.engine import redact
 
-    db = open_database(database_url, schema, application_name="cronkeeper-status")
+    # psycopg alone, when it can: status never needed SQLAlchemy, whose import was a fifth of
+    # its CPU at 10,000 schedules (docs/performance.md).
+    db = open_direct(database_url, schema, application_name="cronkeeper-status")
     try:
         doc = gather(db.engine, schema, cluster, leader_timeout=leader_timeout,
                      schedules_path=schedules_path)

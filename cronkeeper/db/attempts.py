@@ -6,13 +6,15 @@ letter is replayed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver, one_row
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 _ATTEMPTS_RENUMBER = """
 UPDATE attempts a SET attempt = -a.attempt - 1000 * (

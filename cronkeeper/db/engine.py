@@ -5,23 +5,51 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import sys
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.pool import NullPool
 
 from cronkeeper.errors import DatabaseError, UsageError
 
-# What code outside db/ may name: the driver's types and errors, without importing the driver.
-Engine = sa.Engine
-Connection = sa.Connection
+# SQLAlchemy is imported when an engine is made or a URL parsed, not by this module: status
+# runs on psycopg alone (a fifth of its CPU was importing SQLAlchemy, docs/performance.md).
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy.engine import URL as URL
+
+    # What code outside db/ may name: the driver's types and errors, without importing the driver.
+    Engine = sa.Engine
+    Connection = sa.Connection
+    DRIVER_ERRORS: tuple[type[BaseException], ...]
+    CONNECTION_ERRORS: tuple[type[BaseException], ...]
 RawConnection = psycopg.Connection
-DRIVER_ERRORS: tuple[type[BaseException], ...] = (sa_exc.DBAPIError, psycopg.Error)
-CONNECTION_ERRORS: tuple[type[BaseException], ...] = (psycopg.OperationalError, sa_exc.OperationalError)
+
+
+def __getattr__(name: str) -> Any:
+    """``Engine``, ``Connection``, ``URL`` and the error tuples, importing SQLAlchemy when first
+    named (PEP 562): the daemon and the other commands name them, status does not. Any other
+    name (``__path__``, which every ``from ... import`` asks for) is refused before importing."""
+    if name not in ("Engine", "Connection", "URL", "DRIVER_ERRORS", "CONNECTION_ERRORS"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+
+    return {"Engine": sa.Engine, "Connection": sa.Connection, "URL": sa.engine.URL,
+            "DRIVER_ERRORS": (sa_exc.DBAPIError, psycopg.Error),
+            "CONNECTION_ERRORS": (psycopg.OperationalError, sa_exc.OperationalError)}[name]
+
+
+def _driver_errors() -> tuple[type[BaseException], ...]:
+    """psycopg's errors, and SQLAlchemy's wrappers of them once SQLAlchemy is loaded (no
+    SQLAlchemy connection can have raised one before)."""
+    if "sqlalchemy" not in sys.modules:
+        return (psycopg.Error,)
+    from sqlalchemy import exc as sa_exc
+
+    return (sa_exc.DBAPIError, sa_exc.OperationalError, psycopg.Error)
+
 
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -78,6 +106,9 @@ def normalize_url(url: str) -> URL:
     if raw.startswith("postgres://"):
         raw = "postgresql://" + raw[len("postgres://") :]
     raw = _hosts_to_query(raw)
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy.engine import make_url
+
     try:
         parsed = make_url(raw)
     except (sa_exc.ArgumentError, ValueError) as exc:
@@ -126,7 +157,7 @@ def _hosts_to_query(raw: str) -> str:
 
 def redact(url: str | URL) -> str:
     """The URL with its password hidden: safe for logs, errors and status."""
-    text = url.render_as_string(hide_password=True) if isinstance(url, URL) else url
+    text = url if isinstance(url, str) else url.render_as_string(hide_password=True)
     text = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", text)
     return re.sub(r"((?:^|[?&])(?:ssl)?password=)[^&]*", r"\1***", text, flags=re.I)
 
@@ -142,8 +173,70 @@ def conninfo(url: URL, *, options: str = "") -> str:
     return psycopg.conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 
+# A URL whose every part SQLAlchemy would take as written (no percent-escape, no IPv6, one
+# host): ``direct_url`` reads it without SQLAlchemy; any other goes through ``normalize_url``.
+_PLAIN_URL = re.compile(
+    r"postgres(?:ql)?(?:\+psycopg)?://(?:(?P<user>[^:@/?#%\[\]]+)(?::(?P<password>[^@/?#%]*))?@)?"
+    r"(?P<host>[A-Za-z0-9._-]*)(?::(?P<port>\d+))?(?:/(?P<dbname>[^/?#%]*))?"
+    r"(?:\?(?P<query>[^#%\[\]]*))?")
+
+
+def direct_url(url: str) -> tuple[dict[str, str], str] | None:
+    """The connection parameters of a plain URL and the URL as ``redact(normalize_url(url))``
+    shows it, read without SQLAlchemy; None for a URL that is not plain (a host list, an
+    escape, a bad one): ``normalize_url`` then reads it, or says what is wrong with it."""
+    from urllib.parse import parse_qsl, quote_plus
+
+    match = _PLAIN_URL.fullmatch(url.strip())
+    if match is None or match["port"] and not 0 < int(match["port"]) < 65536:
+        return None
+    try:
+        query = parse_qsl(match["query"] or "", keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        return None
+    keys = [k for k, _ in query]
+    if len(set(keys)) != len(keys) or {"host", "port", "hostaddr"} & set(keys) and match["host"]:
+        return None
+    params = {k: v for k, v in (("user", match["user"]), ("password", match["password"]),
+                                ("host", match["host"]), ("port", match["port"]),
+                                ("dbname", match["dbname"])) if v}
+    params.update(query)
+    shown = "postgresql+psycopg://"
+    if match["user"]:
+        shown += match["user"] + (":***" if match["password"] is not None else "") + "@"
+    shown += (match["host"] or "") + (f":{match['port']}" if match["port"] else "")
+    shown += f"/{match['dbname']}" if match["dbname"] else ""
+    if query:
+        shown += "?" + "&".join(f"{quote_plus(k)}={quote_plus(v)}" for k, v in sorted(query))
+    return params, redact(shown)
+
+
+class DirectEngine:
+    """What a one-shot reader (status) uses of an engine, on psycopg alone: ``connect()`` opens
+    a connection as ``make_engine``'s would (same keepalives, search_path, timeout) and
+    ``close()``s it after; no pool, nothing to ``dispose``."""
+
+    def __init__(self, params: dict[str, str], schema: str, *, application_name: str) -> None:
+        self.info = psycopg.conninfo.make_conninfo(**{
+            **params, **cast(dict[str, Any], KEEPALIVES), "application_name": application_name,
+            "options": f"-c search_path={check_schema_name(schema)}", "connect_timeout": 10})
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[psycopg.Connection]:
+        conn = psycopg.connect(self.info)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def dispose(self) -> None:
+        """Nothing pooled: each connection closed when its ``connect()`` ended."""
+
+
 def make_engine(url: URL, schema: str, *, pool_size: int = 5, application_name: str = "cronkeeper") -> sa.Engine:
     """An engine whose connections resolve cronkeeper's tables through search_path."""
+    import sqlalchemy as sa
+
     check_schema_name(schema)
     return sa.create_engine(
         url,
@@ -161,6 +254,9 @@ def make_engine(url: URL, schema: str, *, pool_size: int = 5, application_name: 
 
 def make_single_engine(url: URL, schema: str, *, application_name: str) -> sa.Engine:
     """An engine without a pool, for the one long-lived lock connection."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
     check_schema_name(schema)
     return sa.create_engine(
         url,
@@ -224,7 +320,9 @@ def translate_errors(action: str) -> Iterator[None]:
     """Turn driver errors into cronkeeper's DatabaseError at the edge of db/."""
     try:
         yield
-    except (sa_exc.DBAPIError, sa_exc.OperationalError, psycopg.Error) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _driver_errors()):
+            raise
         raise DatabaseError(f"{action}: {describe(exc)}") from exc
 
 
@@ -233,9 +331,12 @@ def caller_rows(connection: Any, sql: str, params: dict[str, Any], action: str) 
     SQLAlchemy, so that its transaction begins and the caller's commit covers the statement;
     or on the psycopg connection as it is. Driver errors become DatabaseError(``action``)."""
     with translate_errors(action):
-        if isinstance(connection, sa.Connection):
-            return list(connection.exec_driver_sql(sql, params).fetchall())
         if isinstance(connection, psycopg.Connection):
             return connection.execute(sql, params).fetchall()
+        if "sqlalchemy" in sys.modules:
+            import sqlalchemy as sa
+
+            if isinstance(connection, sa.Connection):
+                return list(connection.exec_driver_sql(sql, params).fetchall())
     raise UsageError(f"cronkeeper.schedules needs a SQLAlchemy Connection or a psycopg "
                      f"Connection, not {type(connection).__name__}")

@@ -6,12 +6,14 @@ web and the metrics read it back."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 def _dicts(cur: psycopg.Cursor) -> list[dict[str, Any]]:
@@ -61,6 +63,8 @@ def instances_stopped(conn: sa.Connection, cluster: str, instance_id: str) -> No
     before migration 8 (an instance of this release stopping before ``migrate`` ran, in a
     rolling upgrade) the check refuses the role, and the heartbeat is backdated instead, as
     0.1.0 did, so that it still leaves the live instances at once."""
+    from sqlalchemy.exc import IntegrityError  # this caller's connection is SQLAlchemy's
+
     params = {"cluster": cluster, "instance": instance_id}
     try:
         with conn.begin_nested():
@@ -71,7 +75,7 @@ def instances_stopped(conn: sa.Connection, cluster: str, instance_id: str) -> No
                 """,
                 params,
             )
-    except sa.exc.IntegrityError:
+    except IntegrityError:
         conn.exec_driver_sql(
             """
             UPDATE instances SET heartbeat_at = clock_timestamp() - interval '1 day'

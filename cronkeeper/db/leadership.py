@@ -8,20 +8,23 @@ The session itself (its backend pid, its idle timeout, whether a pooler pins it)
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from sqlalchemy.engine import URL
 
 from cronkeeper.db.engine import (
     SERVER_KEEPALIVES,
-    Connection,
     advisory_key_parts,
     check_schema_name,
     conninfo,
     driver,
     one_row,
 )
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    from sqlalchemy.engine import URL
+
+    from cronkeeper.db.engine import Connection
 
 # True when this session holds the cluster's advisory lock (bigint key: classid/objid, objsubid 1).
 _HOLDS_LOCK = """

@@ -12,11 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from cronkeeper import __version__
-from cronkeeper.db.engine import migration_lock_key, translate_errors
+from cronkeeper.db.engine import driver, migration_lock_key, one_row, translate_errors
 from cronkeeper.errors import SchemaAhead, SchemaBehind
 
 FILE_PATTERN = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
@@ -28,6 +27,10 @@ FIRST_RELEASE = "0.1.0"  # rows recorded by 0.1.0, which kept no oldest release,
 # the operator commands need every migration this release ships. tests/test_rolling_upgrade.py
 # holds this true by running a worker of this release on that schema.
 PREVIOUS_RELEASE_SCHEMA = 7
+
+if TYPE_CHECKING:  # migrate() imports it; reading the schema's version runs on psycopg alone
+    import psycopg
+    import sqlalchemy as sa
 
 
 def release_key(version: str) -> tuple[int, int, int]:
@@ -71,31 +74,31 @@ def latest_version() -> int:
     return available()[-1].version
 
 
-def migrations_applied(conn: sa.Connection, schema: str) -> int:
+def migrations_applied(conn: sa.Connection | psycopg.Connection, schema: str) -> int:
     """The schema's version: 0 when the schema or its bookkeeping table does not exist."""
-    exists = conn.execute(
-        sa.text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{schema}.schema_migrations"}
-    ).scalar_one()
+    cur = driver(conn)
+    exists = one_row(cur.execute("SELECT to_regclass(%(t)s) IS NOT NULL",
+                                 {"t": f"{schema}.schema_migrations"}))[0]
     if not exists:
         return 0
-    return conn.execute(
-        sa.text(f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_migrations')
-    ).scalar_one()
+    return one_row(cur.execute(f'SELECT coalesce(max(version), 0) FROM "{schema}".schema_migrations'))[0]
 
 
-def schema_state(conn: sa.Connection, schema: str) -> SchemaState:
-    """The schema's version and the oldest release that works with it."""
+def schema_state(conn: sa.Connection | psycopg.Connection, schema: str) -> SchemaState:
+    """The schema's version and the oldest release that works with it (SQL only: on a
+    SQLAlchemy connection or a psycopg one)."""
     version = migrations_applied(conn, schema)
     if version == 0:
         return SchemaState(0, FIRST_RELEASE)
-    has_column = conn.execute(
-        sa.text("SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = :s"
-                " AND table_name = 'schema_migrations' AND column_name = 'oldest_release')"),
+    cur = driver(conn)
+    has_column = one_row(cur.execute(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = %(s)s"
+        " AND table_name = 'schema_migrations' AND column_name = 'oldest_release')",
         {"s": schema},
-    ).scalar_one()
-    releases = conn.execute(
-        sa.text(f'SELECT DISTINCT oldest_release FROM "{schema}".schema_migrations')
-    ).scalars().all() if has_column else []
+    ))[0]
+    releases = [r for (r,) in cur.execute(
+        f'SELECT DISTINCT oldest_release FROM "{schema}".schema_migrations'
+    ).fetchall()] if has_column else []
     oldest = max((r or FIRST_RELEASE for r in releases), key=release_key, default=FIRST_RELEASE)
     return SchemaState(version, oldest)
 
@@ -108,6 +111,8 @@ def pending(conn: sa.Connection, schema: str) -> list[Migration]:
 
 def migrate(engine: sa.Engine, schema: str) -> list[int]:
     """Apply every pending migration; return the versions applied (empty when current)."""
+    import sqlalchemy as sa
+
     applied: list[int] = []
     with translate_errors("migrating the database"), engine.connect() as conn:
         conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": migration_lock_key(schema)})
@@ -179,8 +184,9 @@ def check_compatible(state: SchemaState, schema: str, *, needs: int | None = Non
         )
 
 
-def require_compatible(engine: sa.Engine, schema: str, *, needs: int | None = None) -> SchemaState:
-    """``check_compatible`` against the schema as it is now."""
+def require_compatible(engine: Any, schema: str, *, needs: int | None = None) -> SchemaState:
+    """``check_compatible`` against the schema as it is now: ``engine`` is SQLAlchemy's or a
+    ``DirectEngine`` (status, on psycopg alone)."""
     with translate_errors("checking the schema version"), engine.connect() as conn:
         state = schema_state(conn, schema)
     check_compatible(state, schema, needs=needs)

@@ -5,11 +5,12 @@ the leader's audit (``notifications_note_missing``); read here for the metrics."
 
 from __future__ import annotations
 
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from cronkeeper.db.engine import driver, one_row
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 def subjects_suppressed(conn: sa.Connection) -> int:

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING, Any
 
 from cronkeeper.db.engine import driver, one_row
 from cronkeeper.db.wake import NOTES_CHANNEL_SQL, wake
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 # The subject of a job: its schedule, or its task when it has none (enqueued jobs).
 _SUBJECT = ("CASE WHEN schedule IS NULL THEN 'task' ELSE 'schedule' END AS kind, "

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver, one_row
@@ -27,6 +26,8 @@ from cronkeeper.db.notifications import (
 from cronkeeper.db.wake import wake
 
 if TYPE_CHECKING:  # (not at run time: the readers of the outbox need none of the claims' code)
+    import sqlalchemy as sa
+
     from cronkeeper.db.periods_claims import JobColumns
 
 

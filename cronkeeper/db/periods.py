@@ -12,13 +12,15 @@ import sys
 from array import array
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.rows import dict_row
 
 from cronkeeper.db.engine import driver
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 def periods_last(conn: psycopg.Connection, schedules: Sequence[str]) -> dict[str, datetime]:

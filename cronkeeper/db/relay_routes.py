@@ -7,10 +7,12 @@ the completion polling of published jobs (``db/outbox.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import sqlalchemy as sa
+from typing import TYPE_CHECKING
 
 from cronkeeper.db.engine import driver
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 @dataclass(frozen=True, slots=True)

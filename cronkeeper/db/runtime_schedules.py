@@ -19,17 +19,20 @@ Two kinds of caller:
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import psycopg.sql
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import caller_rows, check_schema_name, driver, one_row
 from cronkeeper.db.wake import schedules_channel, wake
 from cronkeeper.errors import DatabaseError
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 def _in(schema: str | None) -> str:
@@ -102,7 +105,7 @@ def runtime_write(connection: Any, schema: str, rows: Sequence[tuple[str, str, s
     try:
         found = caller_rows(connection, sql, params, action)
     except DatabaseError as exc:
-        if isinstance(exc.__cause__, psycopg.errors.UniqueViolation | sa.exc.IntegrityError):
+        if _duplicate(exc.__cause__):
             raise DatabaseError(f"{action}: another transaction created one of these schedules "
                                 f"at the same time; retry ({exc})") from exc
         raise
@@ -245,6 +248,16 @@ def runtime_fence(conn: psycopg.Connection, names: Sequence[str]) -> dict[str, i
         """,
         {"names": list(names)},
     ).fetchall())
+
+
+def _duplicate(cause: BaseException | None) -> bool:
+    """A unique violation, from psycopg or (through a SQLAlchemy connection) wrapped by it."""
+    if isinstance(cause, psycopg.errors.UniqueViolation):
+        return True
+    if "sqlalchemy" not in sys.modules:  # no SQLAlchemy connection made the statement
+        return False
+    from sqlalchemy.exc import IntegrityError
+    return isinstance(cause, IntegrityError)
 
 
 def runtime_live_among(conn: sa.Connection | psycopg.Connection, names: Sequence[str],

@@ -3,10 +3,14 @@ by whom). The leader reads it each tick; ``status`` and the web show it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import psycopg
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 def controls_paused(conn: sa.Connection | psycopg.Connection) -> set[str]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import driver, one_row
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 class SummaryRow(NamedTuple):

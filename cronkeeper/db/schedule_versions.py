@@ -13,12 +13,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import caller_rows, check_schema_name, driver, one_row
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import psycopg
-import sqlalchemy as sa
 
 from cronkeeper.db.engine import check_schema_name, conninfo, driver, one_row, translate_errors
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    import sqlalchemy as sa
 
 AsyncConnection = psycopg.AsyncConnection
 HANDLER_APPLICATION = "cronkeeper-handler"  # application_name of handler processes' sessions

@@ -25,11 +25,15 @@ wakes idle workers, which then sleep 3 s rather than a whole poll interval).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import psycopg
 from psycopg import sql
-from sqlalchemy.engine import URL
 
 from cronkeeper.db.engine import check_schema_name, conninfo
+
+if TYPE_CHECKING:  # annotations only: status runs without SQLAlchemy
+    from sqlalchemy.engine import URL
 
 CHANNEL_PREFIX = "cronkeeper."
 CHANNEL_MAX = 63  # PostgreSQL identifiers (and channel names) are at most NAMEDATALEN - 1 bytes

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.engine import translate_errors
 from cronkeeper.db.leadership import leadership_current
+
+if TYPE_CHECKING:
+    from cronkeeper.db.engine import Engine
 
 # A leader whose heartbeat is older than this is not counted as leading (``--leader-timeout``).
 DEFAULT_LEADER_TIMEOUT = 10.0

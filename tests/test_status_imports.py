@@ -103,3 +103,18 @@ def test_a_plain_url_reads_as_sqlalchemy_reads_it(url):
 ])
 def test_any_other_url_is_left_to_sqlalchemy(url):
     assert direct_url(url) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("url", "said"), [
+    ("postgresql://postgres@127.0.0.1:5432/test?foo=bar",
+     'error: checking the schema version: invalid connection option "foo"'),
+    ("postgresql://postgres@127.0.0.1:1/test",
+     'error: checking the schema version: connection failed: connection to server at "127.0.0.1", '
+     "port 1 failed: Connection refused"),
+])
+def test_a_bad_or_unreachable_database_is_said_as_before(url, said):
+    """What the engine's connect said, the direct connection says: one line, no traceback."""
+    proc = status(env_url=url)
+    assert proc.returncode != 0
+    assert said in proc.stderr and "Traceback" not in proc.stderr

@@ -217,13 +217,15 @@ class DirectEngine:
     ``close()``s it after; no pool, nothing to ``dispose``."""
 
     def __init__(self, params: dict[str, str], schema: str, *, application_name: str) -> None:
-        self.info = psycopg.conninfo.make_conninfo(**{
-            **params, **cast(dict[str, Any], KEEPALIVES), "application_name": application_name,
-            "options": f"-c search_path={check_schema_name(schema)}", "connect_timeout": 10})
+        self.params: dict[str, Any] = {
+            **params, **KEEPALIVES, "application_name": application_name,
+            "options": f"-c search_path={check_schema_name(schema)}", "connect_timeout": 10}
 
     @contextlib.contextmanager
     def connect(self) -> Iterator[psycopg.Connection]:
-        conn = psycopg.connect(self.info)
+        # An option libpq does not know fails here, in the caller's translate_errors, as the
+        # engine's connect did.
+        conn = psycopg.connect(**self.params)
         try:
             yield conn
         finally:

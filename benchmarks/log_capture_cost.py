@@ -3,30 +3,81 @@ database: the part of benchmarks/output_capture.py's "handler logging 10 lines" 
 worker's own Python, measured apart from the noise of a shared machine.
 
     .venv/bin/python benchmarks/log_capture_cost.py [--repeat 30] [--jobs 2000]
+    .venv/bin/python benchmarks/log_capture_cost.py --instructions [--jobs 2000]
 
-A "job" is what the benchmark's handler does (10 ``log.info`` calls with two arguments, about
-105 bytes a line as kept) inside ``capturing``, on a root logger prepared as the worker prepares
-it (``logcapture.install``). Variants, each timed with the thread's CPU clock, the best of
-``--repeat`` rounds of ``--jobs`` jobs, in alternation:
+A "job" is what the worker does around the benchmark's handler in this process: a ``Running``
+job (``keep_records`` with the default 64 KiB limit when kept), the handler's 10 ``log.info``
+calls with two arguments (about 105 bytes a line as kept) inside ``capturing``, then
+``output()`` as the worker takes it at the job's end; on a root logger prepared as the worker
+prepares it (``logcapture.install``). Two variants:
 
-- ``dropped``: no capture (``output_limit = "0B"``): the records are made and dropped, the
-  comparison arm of output_capture.py;
-- ``getMessage only``: the records of a capture only have their message formatted (what
-  ``logging`` does for any record that goes anywhere): the part of keeping them that no
-  capture can avoid;
-- ``kept``: the capture as the worker runs it, closed at the end as the recorder does.
+- ``dropped``: nothing kept (``output_limit = "0B"``): the records are made and dropped at the
+  root, the comparison arm of output_capture.py;
+- ``kept``: the records kept, as the worker keeps them.
 
-Printed: microseconds per job for each, and what each costs beyond ``dropped``.
+By default each is timed with the thread's CPU clock, the best of ``--repeat`` rounds of
+``--jobs`` jobs, in alternation. With ``--instructions`` the script runs itself under
+``valgrind --tool=callgrind`` (Debian's valgrind) once per variant with ``--jobs`` jobs and
+once with none, and prints the instructions per job: the same count on every run, whatever
+else the machine is doing (records are stamped with one fixed instant there, as they would be
+by the hundreds within a millisecond at full speed, so that valgrind's slowness does not make
+every record a new millisecond).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import re
+import subprocess
+import sys
 import time
+import types
 
-from cronkeeper.output import DEFAULT_LIMIT, Capture
+from cronkeeper.output import DEFAULT_LIMIT
 from cronkeeper.worker import logcapture
+from cronkeeper.worker.runtime import Running
+
+VARIANTS = ("dropped", "kept")
+
+
+def run_jobs(log: logging.Logger, jobs: int, keep: bool) -> None:
+    for _ in range(jobs):
+        held = Running(job=None)  # type: ignore[arg-type] - no job is read
+        if keep:
+            held.keep_records(DEFAULT_LIMIT)
+        with logcapture.capturing(held if keep else None):
+            for i in range(10):
+                log.info("bench line %d of job %s: something worth keeping", i, "log@12345")
+        held.output()
+
+
+def timed(args: argparse.Namespace, log: logging.Logger) -> None:
+    best = {name: float("inf") for name in VARIANTS}
+    for _ in range(args.repeat):
+        for name in VARIANTS:
+            start = time.thread_time()
+            run_jobs(log, args.jobs, name == "kept")
+            best[name] = min(best[name], (time.thread_time() - start) / args.jobs)
+    base = best["dropped"]
+    for name, seconds in best.items():
+        print(f"{name:8s} {seconds * 1e6:6.2f} us per job (+{(seconds - base) * 1e6:5.2f})")
+    print(f"kept / dropped: {best['kept'] / base:.3f} of the worker's Python for these 10 records")
+
+
+def instructions(jobs: int) -> None:
+    def count(variant: str, n: int) -> int:
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+             __file__, "--under-callgrind", variant, "--jobs", str(n)],
+            capture_output=True, text=True, check=True)
+        return int(re.search(r"Collected : (\d+)", done.stderr).group(1))  # type: ignore[union-attr]
+
+    start = count("dropped", 0)  # start-up and imports, the same for both
+    per_job = {v: (count(v, jobs) - start) / jobs for v in VARIANTS}
+    for name, n in per_job.items():
+        print(f"{name:8s} {n:9.0f} instructions per job (+{n - per_job['dropped']:7.0f})")
+    print(f"kept / dropped: {per_job['kept'] / per_job['dropped']:.3f} of the instructions")
 
 
 def main() -> None:
@@ -34,38 +85,22 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under valgrind's callgrind instead")
+    parser.add_argument("--under-callgrind", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    handler = logcapture.install()
+    if args.instructions:
+        instructions(args.jobs)
+        return
+    logcapture.install()
     log = logging.getLogger("bench.output")
-    current = logcapture._current
-
-    def message_only(record: logging.LogRecord) -> bool:
-        if current.get() is not None:
-            record.getMessage()
-        return True
-
-    def job(key: str, capture: Capture | None) -> None:
-        with logcapture.capturing(capture):
-            for i in range(10):
-                log.info("bench line %d of job %s: something worth keeping", i, key)
-        if capture is not None:
-            capture.close()
-
-    variants = {"dropped": (False, handler.handle), "getMessage only": (True, message_only),
-                "kept": (True, handler.handle)}
-    best = {name: float("inf") for name in variants}
-    for _ in range(args.repeat):
-        for name, (keep, handle) in variants.items():
-            handler.handle = handle  # type: ignore[method-assign]
-            start = time.thread_time()
-            for _ in range(args.jobs):
-                job("log-capture@12345", Capture(DEFAULT_LIMIT) if keep else None)
-            best[name] = min(best[name], (time.thread_time() - start) / args.jobs)
-    del handler.handle  # back to the class's
-    base = best["dropped"]
-    for name, seconds in best.items():
-        print(f"{name:16s} {seconds * 1e6:6.2f} us per job (+{(seconds - base) * 1e6:5.2f})")
-    print(f"kept / dropped: {best['kept'] / base:.3f} of the worker's Python for these 10 records")
+    if args.under_callgrind:
+        fixed = 1772953201.25
+        logging.time = types.SimpleNamespace(  # type: ignore[attr-defined]
+            time=lambda: fixed, time_ns=lambda: int(fixed * 1e9))
+        run_jobs(log, args.jobs, args.under_callgrind == "kept")
+        return
+    timed(args, log)
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ def left_out_line(count: int) -> bytes:
 class Capture:
     """One attempt's output, capped at ``limit`` bytes (head and tail, see the module)."""
 
-    __slots__ = ("_closed", "_head", "_lines", "_lock", "_pending", "_tail", "_value",
-                 "head_size", "limit", "tail_size", "total")
+    __slots__ = ("_closed", "_head", "_lock", "_tail", "_value", "head_size", "limit", "lines",
+                 "pending", "spill_at", "tail_size", "total")
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -48,29 +48,35 @@ class Capture:
         self._lock = threading.Lock()
         self._closed = False
         self._value: bytes | None = None
-        self._lines: list[str] = []  # lines fed as text, not yet folded into head and tail
-        self._pending = 0  # about how many characters they hold
+        # Lines fed as text (a handler's records), not yet folded into head and tail; about how
+        # many characters they hold; past ``spill_at`` they are folded (``spill``). Public, as
+        # ``Running``'s: ``logcapture`` appends to them directly, one record at a time.
+        self.lines: list[str] = []
+        self.pending = 0
+        self.spill_at = limit
 
     def feed_line(self, text: str) -> None:
         """Append a line of text (a log record): kept in a list, without a lock (appending to
         a list is atomic), and folded into the bytes when they pass the limit, before bytes
         are fed, and at the end. The cheap way for many short lines from a handler's threads."""
-        if self._closed:
-            return
-        self._lines.append(text)
-        self._pending += len(text)  # a trigger only: racing threads may miscount it a little
-        if self._pending > self.limit:
-            with self._lock:
-                self._fold()
+        self.lines.append(text)
+        self.pending += len(text)  # a trigger only: racing threads may miscount it a little
+        if self.pending > self.spill_at:
+            self.spill()
+
+    def spill(self) -> None:
+        """Fold the pending lines (past ``spill_at``; dropped once closed)."""
+        with self._lock:
+            self._fold()
 
     def _fold(self) -> None:
         """Move the pending lines into head and tail (under the lock). The list stays the same
         object and only its first ``n`` items go: a line another thread appends meanwhile lands
         after them and stays for the next fold."""
-        lines = self._lines
+        lines = self.lines
         n = len(lines)
         if n:
-            self._pending = 0
+            self.pending = 0
             chunk = "".join(lines[:n])
             del lines[:n]
             self._feed(chunk.encode("utf-8", "replace"))
@@ -80,7 +86,7 @@ class Capture:
         if not data:
             return
         with self._lock:
-            if self._lines:
+            if self.lines:
                 self._fold()
             self._feed(data)
 
@@ -108,8 +114,9 @@ class Capture:
         with self._lock:
             if self._value is None:
                 if not self.total:  # only lines so far (a handler's records): the usual case
-                    data = "".join(self._lines).encode("utf-8", "replace")
-                    self._lines.clear()
+                    data = "".join(self.lines).encode("utf-8", "replace")
+                    self.lines.clear()
+                    self.spill_at = -1  # a line fed later is dropped at once
                     if len(data) <= self.limit:  # kept as they are: one join, one encoding
                         self.total = len(data)
                         self._closed = True
@@ -118,6 +125,7 @@ class Capture:
                     self._feed(data)
                 else:
                     self._fold()
+                self.spill_at = -1
                 self._closed = True
                 self._value = self._render()
             return self._value

@@ -21,7 +21,7 @@ from test_output_capture import reference
 from cronkeeper.output import Capture
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.logcapture import JobLogCapture, capturing, line
-from cronkeeper.worker.runtime import SILENT, Running
+from cronkeeper.worker.runtime import Running
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_a_handler_logging_megabytes_is_held_within_the_cap(log):
         for i in range(20000):
             log.info("line %06d %s", i, "x" * 80)
         # Folded as it goes: never much more than the limit pending as lines.
-        assert capture._pending <= 4096 + 200
+        assert capture.pending <= 4096 + 200
     kept = capture.close().decode()
     lines = kept.splitlines()
     assert lines[0].endswith(": line 000000 " + "x" * 80)
@@ -204,7 +204,7 @@ def test_a_capture_closed_when_its_job_is_abandoned_keeps_what_came_before_only(
 
     thread = threading.Thread(target=handler)
     thread.start()
-    while b"before" not in b"".join(s.encode() for s in capture._lines):
+    while b"before" not in b"".join(s.encode() for s in capture.lines):
         time.sleep(0.001)
     kept = capture.close()
     closed.set()
@@ -266,7 +266,10 @@ def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
 # -- a job's capture made at its first record (runtime.Running): a silent job makes none ---------
 
 def held(limit: int) -> Running:
-    return Running(job=None, output_limit=limit)  # type: ignore[arg-type] - no job is read
+    job = Running(job=None)  # type: ignore[arg-type] - no job is read
+    if limit > 0:
+        job.keep_records(limit)  # as run_task does for a handler in this process
+    return job
 
 
 def test_a_job_that_logs_nothing_makes_no_capture_and_keeps_empty_output(log):
@@ -277,48 +280,50 @@ def test_a_job_that_logs_nothing_makes_no_capture_and_keeps_empty_output(log):
     assert job.output() == b""  # kept: it printed nothing (None would say "not kept")
     with capturing(job):  # abandoned at its timeout, it logs on: its output is final already
         log.info("too late")
-    assert job.output() == b"" and job.capture is SILENT
+    assert job.output() == b"" and job.capture is None and job.lines == []
     assert held(0).output() is None  # output_limit 0: nothing kept, as before
 
 
-def test_a_job_that_logs_after_a_silent_start_keeps_it_within_its_limit(log):
+def test_a_job_keeps_its_records_as_lines_and_makes_a_capture_only_past_its_limit(log):
     job = held(1 << 16)
     with capturing(job):
-        assert job.capture is None
         log.info("first %d", 1)
-        made = job.capture
         log.info("second")
-    assert made is not None and job.capture is made  # made once, at the first record
+    assert job.capture is None  # within the limit: lines only, one join at the end
     assert [x.split(": ", 1)[1] for x in job.output().decode().splitlines()] == ["first 1", "second"]
+    assert job.output() == job.output()  # final from the first call
     small = held(64)
     with capturing(small):
         for i in range(20):
             log.info("line %d", i)
+        assert small.capture is not None and small.pending <= 64 + 80  # spilled as it went
     kept = small.output()
     assert b" bytes left out]\n" in kept and kept.endswith(b"line 19\n")
+    # Every byte fed reached the capture, kept or not (a stamp is 24 characters).
+    assert small.capture.total == sum(len(f"{'x' * 24} INFO tests.logcapture: line {i}\n")
+                                      for i in range(20))
 
 
-def test_first_records_of_one_job_from_many_threads_land_in_one_capture(log):
-    """The capture is made under a lock: threads of one job racing to log its first record
-    all end up in the same capture (none lost in a second one), and no other job's."""
-    job, other = held(1 << 20), held(1 << 20)
-    start = threading.Barrier(8)
+def test_an_abandoned_job_logging_on_past_its_limit_is_dropped_and_held_within_it(log):
+    job = held(256)
+    with capturing(job):
+        log.info("before")
+    kept = job.output()
+    with capturing(job):  # its thread abandoned at the timeout logs on, a lot
+        for i in range(5000):
+            log.info("after %d %s", i, "x" * 100)
+        assert job.pending <= 256 + 200 and len(job.lines) <= 3  # dropped as it goes
+    assert job.output() == kept and kept.endswith(b"before\n")
+    assert job.capture is None  # nothing made for what came after the end
 
-    def emit(target: Running, name: str) -> None:
-        with capturing(target):
-            start.wait()
-            for i in range(50):
-                log.info("%s %d", name, i)
 
-    threads = [threading.Thread(target=emit, args=(job if n % 2 else other, f"t{n}"))
-               for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    mine = job.output().decode()
-    theirs = other.output().decode()
-    for n in range(8):
-        target, elsewhere = (mine, theirs) if n % 2 else (theirs, mine)
-        assert [m for m in target.splitlines() if f": t{n} " in m] and f": t{n} " not in elsewhere
-        assert sum(1 for m in target.splitlines() if f": t{n} " in m) == 50
+def test_a_record_of_another_class_is_formatted_by_its_own_get_message(log):
+    class Upper(logging.LogRecord):
+        def getMessage(self) -> str:  # noqa: N802 - logging's name
+            return super().getMessage().upper()
+
+    job = held(1 << 16)
+    with capturing(job):
+        logcapture.install().handle(Upper("x", logging.INFO, __file__, 1, "shout %s",
+                                          ("this",), None))
+    assert job.output().endswith(b" INFO x: SHOUT THIS\n")

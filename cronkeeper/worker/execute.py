@@ -43,8 +43,9 @@ def run_task(worker: Host, held: Running) -> Ending | None:
         held.capture = Capture(limit) if limit > 0 else None
         return settle_done(worker, held, worker.pool.run(held, end_session(worker.db)),
                            output_apart=True)
-    # In this process the capture is made at the handler's first record (Running.feed_line).
-    held.output_limit = limit
+    # In this process its records are kept as lines (a capture is made only past the limit).
+    if limit > 0:
+        held.keep_records(limit)
     payload = handler.prepare(job.payload)
     if handler.is_async:
         return run_async(worker, held, handler.func, payload)

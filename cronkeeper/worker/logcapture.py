@@ -30,15 +30,24 @@ from typing import Protocol
 
 
 class Lines(Protocol):
-    """Where a job's records go: its ``Capture``, or the ``Running`` job that makes one at its
-    first record (``runtime.Running.feed_line``)."""
+    """Where a job's records go: its ``Capture``, or the ``Running`` job (``runtime``), which
+    makes one only when they pass ``spill_at``. ``JobLogCapture`` appends each record's line to
+    ``lines`` and counts it in ``pending`` itself, calling ``spill`` once past ``spill_at``:
+    the two calls per record into the sink it made before, with ``getMessage``'s, were a
+    quarter of what keeping a record cost (instructions counted by callgrind:
+    benchmarks/log_capture_cost.py)."""
 
-    def feed_line(self, text: str) -> None: ...
+    lines: list[str]
+    pending: int
+    spill_at: int
+
+    def spill(self) -> None: ...
 
 
 _current: contextvars.ContextVar[Lines | None] = contextvars.ContextVar(
     "cronkeeper_job_output", default=None)
 
+_LogRecord = logging.LogRecord
 _MILLIS = [f".{ms:03d}Z" for ms in range(1000)]
 _second: tuple[int, str] = (-1, "")  # the last second seen, formatted (up to the ".")
 # The last millisecond seen: [start, end) as instants, and its stamp. One tuple, replaced whole,
@@ -95,20 +104,30 @@ class JobLogCapture(logging.Handler):
         self.fallback_level = logging.WARNING  # the root's level before install: lastResort's
 
     def handle(self, record: logging.LogRecord) -> bool:
-        # No handler lock: a capture takes its own, and most records belong to no job.
-        capture = _current.get()
-        if capture is not None:
+        # No handler lock: a sink takes its own to spill, and most records belong to no job.
+        sink = _current.get()
+        if sink is not None:
             try:  # line(record), written out: this runs for every record of every job
                 created = record.created
                 milli = _milli
                 stamp = milli[2] if milli[0] <= created < milli[1] else _stamp(created)
-                text = f"{stamp} {record.levelname} {record.name}: {record.getMessage()}\n"
+                if type(record) is _LogRecord:  # getMessage, written out (no frame)
+                    message = record.msg if type(record.msg) is str else str(record.msg)
+                    if record.args:
+                        message = message % record.args
+                else:  # a record factory's own class may format its message its own way
+                    message = record.getMessage()
+                text = f"{stamp} {record.levelname} {record.name}: {message}\n"
                 if record.exc_info or record.exc_text or record.stack_info:
                     text += _details(record)
             except Exception:  # noqa: BLE001 - a record that cannot be formatted: as logging does
                 self.handleError(record)
                 return True
-            capture.feed_line(text)
+            # The sink's feed, written out: appending is atomic; the count is only a trigger.
+            sink.lines.append(text)
+            sink.pending += len(text)
+            if sink.pending > sink.spill_at:
+                sink.spill()
         elif record.levelno >= self.fallback_level and not _handled_elsewhere(record, self):
             last = logging.lastResort
             if last is not None and record.levelno >= last.level:
@@ -155,7 +174,7 @@ def install() -> JobLogCapture:
 
 class capturing:  # noqa: N801 - used as a function: ``with capturing(capture):``
     """The records emitted in this context (and the tasks it starts) go to ``capture`` (a
-    ``Capture``, or a ``Running`` job whose capture is made at its first record). A class
+    ``Capture``, or a ``Running`` job keeping them as lines). A class
     rather than a generator: it runs around every job."""
 
     __slots__ = ("_capture", "_token")

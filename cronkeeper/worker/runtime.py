@@ -22,13 +22,6 @@ from cronkeeper.worker.context import JobContext
 
 log = logging.getLogger("cronkeeper.worker")
 
-# Guards making a job's capture at its first record against its output being taken meanwhile
-# (a timed-out handler logging on): once per job that logs, and once per silent job's end.
-_OPENING = threading.Lock()
-# The capture of a job whose handler logged nothing by its end: closed, and kept so that a
-# record it emits later (abandoned at its timeout) is dropped, as after ``Capture.close``.
-SILENT = Capture(1)
-SILENT.close()
 
 
 
@@ -90,34 +83,57 @@ class Running:
     ended: float = 0.0
     timeout_grace: float = 0.0  # the supervisor times it out this long after its deadline
     capture: Capture | None = None  # what the attempt printed (None: nothing kept, or not yet)
-    # A handler in this process: the bytes its records may keep (0: none). Its capture is made
-    # at its first record (``feed_line``): a job that logs nothing costs no capture.
-    output_limit: int = 0
+    # A handler in this process (``keep_records``): its records' lines, appended by
+    # ``logcapture`` without a call into this object (each costs a frame per record); a
+    # ``Capture`` is made only when they pass ``spill_at`` characters (``spill``).
+    # ``output_limit`` 0: no records kept (a command, a handler process, or output_limit 0).
+    # ``spill_at`` -1: the output was taken (``output``), later records are dropped.
+    lines: list[str] = field(default_factory=list)
+    pending: int = 0  # about how many characters ``lines`` holds (a trigger, not a count)
+    spill_at: int = 0
+    output_limit: int = 0  # the bytes a handler's records may keep
+    _kept: bytes | None = None  # the output, once taken
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def feed_line(self, text: str) -> None:
-        """A record of this job's handler (``logcapture``): into its capture, made now if this
-        is the first."""
-        capture = self.capture
-        if capture is None:
-            with _OPENING:
-                capture = self.capture
-                if capture is None:
-                    capture = self.capture = Capture(self.output_limit)
-        capture.feed_line(text)
+    def keep_records(self, limit: int) -> None:
+        """This job's handler runs in this process: keep its records, up to ``limit`` bytes."""
+        self.output_limit = self.spill_at = limit
+
+    def spill(self) -> None:
+        """The lines passed ``spill_at``: fold them into the capture (made now), so that memory
+        stays within about twice the limit however much the handler logs; once the output was
+        taken, drop them (an abandoned handler logging on)."""
+        with self.lock:
+            lines = self.lines
+            self.pending = 0
+            n = len(lines)  # a line another thread appends meanwhile stays for the next fold
+            chunk = "".join(lines[:n])
+            del lines[:n]
+            if self.spill_at < 0:
+                return
+            if self.capture is None:
+                self.capture = Capture(self.output_limit)
+            self.capture.feed(chunk.encode("utf-8", "replace"))
 
     def output(self) -> bytes | None:
         """What the attempt printed, final from the first call (later lines are not kept)."""
-        capture = self.capture
-        if capture is None:
-            if self.output_limit <= 0:
-                return None
-            with _OPENING:  # a record arriving now finds it closed (as after close())
-                capture = self.capture
-                if capture is None:
-                    self.capture = SILENT
-                    return b""
-        return capture.close()
+        with self.lock:
+            lines, capture = self.lines, self.capture
+            if self.output_limit <= 0:  # a command, a handler process, or nothing kept
+                return capture.close() if capture is not None else None
+            if self.spill_at < 0:
+                return self._kept
+            self.spill_at = -1
+            self.lines = []  # where a record still arriving goes, to be dropped at its spill
+            data = "".join(lines).encode("utf-8", "replace")
+            if capture is None:
+                if len(data) <= self.output_limit:  # the usual case: one join, one encoding
+                    self._kept = data
+                    return data
+                capture = self.capture = Capture(self.output_limit)
+            capture.feed(data)
+            self._kept = capture.close()
+            return self._kept
 
     def settle(self, *, timed_out: bool = False) -> bool:
         """Claim the right to record this job's ending (once: worker, watchdog or drain).

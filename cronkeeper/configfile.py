@@ -8,10 +8,29 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 from cronkeeper.schedule.lines import ArrayLines
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigResult(Generic[T]):
+    """A config file as checked: its value (None when it has an error) and every problem found."""
+
+    config: T | None
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
 
 
 def read_toml(path: str) -> tuple[bytes, str, dict[str, Any]] | Diagnostic:

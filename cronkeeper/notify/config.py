@@ -14,11 +14,10 @@ import difflib
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from cronkeeper.configfile import ConfigReader, read_toml
+from cronkeeper.configfile import ConfigReader, ConfigResult, read_toml
 from cronkeeper.notify.model import (
     DEFAULT_BACKOFF,
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -51,20 +50,6 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigResult:
-    config: NotifyConfig | None
-    diagnostics: tuple[Diagnostic, ...]
-
-    @property
-    def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
-
-    @property
-    def warnings(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
-
-
 class _Reader(ConfigReader):
     def __init__(self, path: str, text: str) -> None:
         super().__init__(path, text, "rules")
@@ -81,7 +66,7 @@ class _Reader(ConfigReader):
         return seconds
 
 
-def load_notify_config(path: str) -> ConfigResult:
+def load_notify_config(path: str) -> ConfigResult[NotifyConfig]:
     """Read and check a notify config; never raises for any file content."""
     read = read_toml(path)
     if isinstance(read, Diagnostic):

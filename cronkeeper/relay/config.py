@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any
 
-from cronkeeper.configfile import ConfigReader, read_toml
+from cronkeeper.configfile import ConfigReader, ConfigResult, read_toml
 from cronkeeper.relay.targets import KINDS
 from cronkeeper.schedule.diagnostics import Diagnostic, Severity
 from cronkeeper.schedule.lines import ArrayLines
@@ -91,20 +91,6 @@ class RelayConfig:
 
     def target(self, name: str) -> TargetConfig:
         return next(t for t in self.targets if t.name == name)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigResult:
-    config: RelayConfig | None
-    diagnostics: tuple[Diagnostic, ...]
-
-    @property
-    def errors(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
-
-    @property
-    def warnings(self) -> list[Diagnostic]:
-        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
 
 
 # -- globs -------------------------------------------------------------------------------------
@@ -181,7 +167,7 @@ class _Reader(ConfigReader):
         return value
 
 
-def load_relay_config(path: str) -> ConfigResult:
+def load_relay_config(path: str) -> ConfigResult[RelayConfig]:
     """Read and check a relay config; never raises for any file content."""
     read = read_toml(path)
     if isinstance(read, Diagnostic):

@@ -33,9 +33,9 @@ class Lines(Protocol):
     """Where a job's records go: its ``Capture``, or the ``Running`` job (``runtime``), which
     makes one only when they pass ``spill_at``. ``JobLogCapture`` appends each record's line to
     ``lines`` and counts it in ``pending`` itself, calling ``spill`` once past ``spill_at``:
-    the two calls per record into the sink it made before, with ``getMessage``'s, were a
-    quarter of what keeping a record cost (instructions counted by callgrind:
-    benchmarks/log_capture_cost.py)."""
+    the two calls per record into the sink it made before, ``getMessage``'s frame and a
+    ``Capture`` made for every job that logged were a quarter of what keeping the records cost
+    (instructions counted by callgrind: benchmarks/log_capture_cost.py --instructions)."""
 
     lines: list[str]
     pending: int

@@ -65,9 +65,13 @@ class Capture:
             self.spill()
 
     def spill(self) -> None:
-        """Fold the pending lines (past ``spill_at``; dropped once closed)."""
-        with self._lock:
-            self._fold()
+        """Fold the pending lines (past ``spill_at``; dropped once closed), if the lock is free
+        (as ``Running.spill``: a record emitted under it must not wait for itself)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._fold()
+            finally:
+                self._lock.release()
 
     def _fold(self) -> None:
         """Move the pending lines into head and tail (under the lock). The list stays the same

@@ -263,7 +263,7 @@ def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
     assert written == ["2026-03-08T07:00:01.250Z INFO tests.logcapture: child line\n"]
 
 
-# -- a job's capture made at its first record (runtime.Running): a silent job makes none ---------
+# -- a job's records kept as lines on it (runtime.Running): a capture only past its limit -------
 
 def held(limit: int) -> Running:
     job = Running(job=None)  # type: ignore[arg-type] - no job is read
@@ -327,3 +327,66 @@ def test_a_record_of_another_class_is_formatted_by_its_own_get_message(log):
         logcapture.install().handle(Upper("x", logging.INFO, __file__, 1, "shout %s",
                                           ("this",), None))
     assert job.output().endswith(b" INFO x: SHOUT THIS\n")
+
+
+def test_threads_of_one_job_logging_past_its_limit_lose_no_byte_from_the_count(log):
+    # A handler's own threads (to_thread, its tasks) log into its job while it spills them.
+    job = held(1000)
+
+    def write(tag: str) -> None:
+        with capturing(job):
+            for i in range(3000):
+                log.info("%s%d", tag, i)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in "abcd"]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside a spill, not only between records
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    kept = job.output()
+    stamp_and_name = len("2026-03-08T07:00:01.250Z INFO tests.logcapture: \n")
+    fed = sum(stamp_and_name + len(f"{t}{i}") for t in "abcd" for i in range(3000))
+    assert job.capture is not None and job.capture.total == fed
+    assert b"[cronkeeper: %d bytes left out]" % (fed - 1000) in kept
+
+
+def test_a_record_emitted_while_its_job_holds_its_lock_does_not_wait_for_itself(log):
+    # A finalizer that logs, run by a garbage collection while the job's lock is held (by a
+    # spill or the end in this same thread), must not block on that lock.
+    job = held(64)
+    done = threading.Event()
+
+    def under_the_lock() -> None:
+        with capturing(job), job.lock:
+            for i in range(5):
+                log.info("line %d past the limit of 64 bytes, each of them", i)
+        done.set()
+
+    thread = threading.Thread(target=under_the_lock, daemon=True)
+    thread.start()
+    assert done.wait(10), "a record under its job's own lock waited for it"
+    kept = job.output()  # the lines left for the end all reach the capture, within the limit
+    each = len(f"{'x' * 24} INFO tests.logcapture: line 0 past the limit of 64 bytes, each of them\n")
+    assert job.capture is not None and job.capture.total == 5 * each
+    assert b"[cronkeeper: %d bytes left out]\n" % (5 * each - 64) in kept
+    assert kept.endswith(b"each of them\n")
+
+
+@pytest.mark.parametrize(("msg", "args", "shown"), [
+    (b"bytes %s", (1,), "b'bytes 1'"),
+    ({"a": 1}, (), "{'a': 1}"),
+    ("%(who)s came", ({"who": "she"},), "she came"),
+    (ValueError("an error as the message"), (), "an error as the message"),
+])
+def test_a_message_that_is_not_a_plain_string_is_kept_as_get_message_makes_it(msg, args, shown):
+    job = held(1 << 16)
+    rec = logging.LogRecord("x", logging.INFO, __file__, 1, msg, args, None)
+    with capturing(job):
+        logcapture.install().handle(rec)
+    assert rec.getMessage() == shown
+    assert job.output().decode().endswith(f" INFO x: {shown}\n")

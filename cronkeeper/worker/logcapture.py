@@ -120,14 +120,13 @@ class JobLogCapture(logging.Handler):
                 text = f"{stamp} {record.levelname} {record.name}: {message}\n"
                 if record.exc_info or record.exc_text or record.stack_info:
                     text += _details(record)
-            except Exception:  # noqa: BLE001 - a record that cannot be formatted: as logging does
+                # The sink's feed, written out: appending is atomic; the count only a trigger.
+                sink.lines.append(text)
+                sink.pending += len(text)
+                if sink.pending > sink.spill_at:
+                    sink.spill()
+            except Exception:  # noqa: BLE001 - a record that cannot be kept: as logging does
                 self.handleError(record)
-                return True
-            # The sink's feed, written out: appending is atomic; the count is only a trigger.
-            sink.lines.append(text)
-            sink.pending += len(text)
-            if sink.pending > sink.spill_at:
-                sink.spill()
         elif record.levelno >= self.fallback_level and not _handled_elsewhere(record, self):
             last = logging.lastResort
             if last is not None and record.levelno >= last.level:

@@ -23,8 +23,6 @@ from cronkeeper.worker.context import JobContext
 log = logging.getLogger("cronkeeper.worker")
 
 
-
-
 @dataclass
 class WorkerConfig:
     worker_id: str
@@ -102,8 +100,15 @@ class Running:
     def spill(self) -> None:
         """The lines passed ``spill_at``: fold them into the capture (made now), so that memory
         stays within about twice the limit however much the handler logs; once the output was
-        taken, drop them (an abandoned handler logging on)."""
-        with self.lock:
+        taken, drop them (an abandoned handler logging on).
+
+        Only if the job's lock is free: a record emitted while this thread holds it (a
+        finalizer that logs, run by a garbage collection under the lock) must not wait for
+        itself, and another thread holding it is folding or ending anyway. The lines stay
+        for the next record's spill or for ``output``, which takes them all."""
+        if not self.lock.acquire(blocking=False):
+            return
+        try:
             lines = self.lines
             self.pending = 0
             n = len(lines)  # a line another thread appends meanwhile stays for the next fold
@@ -114,6 +119,8 @@ class Running:
             if self.capture is None:
                 self.capture = Capture(self.output_limit)
             self.capture.feed(chunk.encode("utf-8", "replace"))
+        finally:
+            self.lock.release()
 
     def output(self) -> bytes | None:
         """What the attempt printed, final from the first call (later lines are not kept)."""

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
+import pytest
 from handlers_for_tests import q, spawn_worker, wait_until
+
+from cronkeeper.output import Capture
+from cronkeeper.worker import commands
 
 
 def state_of(engine, job):
@@ -100,3 +106,53 @@ def test_newer_version_waits_without_counting_an_attempt(engine, schema, databas
     assert (state, attempts) == ("available", 0)
     assert "f00dfeedf00d" in error
     assert q(engine, "SELECT count(*) FROM attempts WHERE job_id = %(i)s", i=job) == [(0,)]
+
+
+# -- commands.run itself: real processes, output kept or discarded, with and without a pidfd -------
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie nobody reaps counts: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture(params=["pidfd", "no pidfd"])
+def kernel(request, monkeypatch):
+    """Both ways of waiting for the child: its pidfd, and an old kernel's (``Popen.wait``)."""
+    if request.param == "no pidfd":
+        monkeypatch.setattr(commands, "_pidfd", lambda pid: None)
+    return request.param
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "discarded"])
+def test_a_command_ends_with_its_exit_status_whether_its_output_is_kept_or_not(kernel, keep):
+    capture = Capture(1024) if keep else None
+    started = []
+    done = commands.run(("/bin/sh", "-c", "echo out; echo err >&2; exit 3"), dict(os.environ), 30,
+                        on_start=started.append, capture=capture)
+    assert done == commands.Exit(3)
+    assert started and started[0].returncode == 3  # reaped: no zombie left behind
+    if capture is not None:
+        assert capture.close() == b"out\nerr\n"
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "discarded"])
+def test_a_command_past_its_timeout_is_killed_with_its_whole_group(kernel, keep, tmp_path):
+    pidfile = tmp_path / "background.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; echo started; sleep 60; echo never"
+    capture = Capture(1024) if keep else None
+    started = []
+    done = commands.run(("/bin/sh", "-c", script), dict(os.environ), 0.5, kill_grace=0.2,
+                        on_start=started.append, capture=capture)
+    assert done == commands.Exit(None)
+    assert started[0].returncode is not None  # the leader killed and reaped
+    background = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(background) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _gone(background), "the command's background process outlived its group's kill"
+    if capture is not None:
+        assert capture.close() == b"started\n"

@@ -9,11 +9,17 @@ A "job" is what the worker does around the benchmark's handler in this process: 
 job (``keep_records`` with the default 64 KiB limit when kept), the handler's 10 ``log.info``
 calls with two arguments (about 105 bytes a line as kept) inside ``capturing``, then
 ``output()`` as the worker takes it at the job's end; on a root logger prepared as the worker
-prepares it (``logcapture.install``). Two variants:
+prepares it (``logcapture.install``). Three variants:
 
 - ``dropped``: nothing kept (``output_limit = "0B"``): the records are made and dropped at the
   root, the comparison arm of output_capture.py;
-- ``kept``: the records kept, as the worker keeps them.
+- ``kept``: the records kept, as the worker keeps them;
+- ``floor``: the worker's handler replaced on the root by one as bare as a handler can be
+  (``handle`` overridden: no lock, no filter, no context variable), which formats each record's
+  line with a stamp made once (``f"{stamp} {levelname} {name}: {msg % args}\n"``) into a list
+  that the job joins and encodes at its end: the least that keeping the lines costs in Python
+  whatever the code around it (no traceback, no cap, no other job's records told apart), so
+  that ``kept`` can be read against it.
 
 By default each is timed with the thread's CPU clock, the best of ``--repeat`` rounds of
 ``--jobs`` jobs, in alternation. With ``--instructions`` the script runs itself under
@@ -38,18 +44,49 @@ from cronkeeper.output import DEFAULT_LIMIT
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.runtime import Running
 
-VARIANTS = ("dropped", "kept")
+VARIANTS = ("dropped", "kept", "floor")
+STAMP = "2026-03-08T07:00:01.250Z"
 
 
-def run_jobs(log: logging.Logger, jobs: int, keep: bool) -> None:
+class Bare(logging.Handler):
+    """The floor: each record's line formatted into ``lines``, nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] | None = None
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        lines = self.lines
+        if lines is not None:
+            lines.append(f"{STAMP} {record.levelname} {record.name}: {record.msg % record.args}\n")
+        return True
+
+
+BARE = Bare()
+
+
+def run_jobs(log: logging.Logger, jobs: int, variant: str) -> None:
+    keep, floor = variant == "kept", variant == "floor"
+    root, installed = logging.getLogger(), logcapture.install()
+    if floor:  # in the worker's handler's place for the floor's rounds only
+        root.removeHandler(installed)
+        root.addHandler(BARE)
     for _ in range(jobs):
         held = Running(job=None)  # type: ignore[arg-type] - no job is read
         if keep:
             held.keep_records(DEFAULT_LIMIT)
+        if floor:
+            BARE.lines = []
         with logcapture.capturing(held if keep else None):
             for i in range(10):
                 log.info("bench line %d of job %s: something worth keeping", i, "log@12345")
         held.output()
+        if floor:
+            "".join(BARE.lines).encode("utf-8", "replace")  # type: ignore[arg-type]
+            BARE.lines = None
+    if floor:
+        root.removeHandler(BARE)
+        root.addHandler(installed)
 
 
 def timed(args: argparse.Namespace, log: logging.Logger) -> None:
@@ -57,12 +94,13 @@ def timed(args: argparse.Namespace, log: logging.Logger) -> None:
     for _ in range(args.repeat):
         for name in VARIANTS:
             start = time.thread_time()
-            run_jobs(log, args.jobs, name == "kept")
+            run_jobs(log, args.jobs, name)
             best[name] = min(best[name], (time.thread_time() - start) / args.jobs)
     base = best["dropped"]
     for name, seconds in best.items():
         print(f"{name:8s} {seconds * 1e6:6.2f} us per job (+{(seconds - base) * 1e6:5.2f})")
-    print(f"kept / dropped: {best['kept'] / base:.3f} of the worker's Python for these 10 records")
+    print(f"kept / dropped: {best['kept'] / base:.3f} of the worker's Python for these 10 records;"
+          f" floor / dropped: {best['floor'] / base:.3f}")
 
 
 def instructions(jobs: int) -> None:
@@ -77,7 +115,8 @@ def instructions(jobs: int) -> None:
     per_job = {v: (count(v, jobs) - start) / jobs for v in VARIANTS}
     for name, n in per_job.items():
         print(f"{name:8s} {n:9.0f} instructions per job (+{n - per_job['dropped']:7.0f})")
-    print(f"kept / dropped: {per_job['kept'] / per_job['dropped']:.3f} of the instructions")
+    print(f"kept / dropped: {per_job['kept'] / per_job['dropped']:.3f} of the instructions;"
+          f" floor / dropped: {per_job['floor'] / per_job['dropped']:.3f}")
 
 
 def main() -> None:
@@ -98,7 +137,7 @@ def main() -> None:
         fixed = 1772953201.25
         logging.time = types.SimpleNamespace(  # type: ignore[attr-defined]
             time=lambda: fixed, time_ns=lambda: int(fixed * 1e9))
-        run_jobs(log, args.jobs, args.under_callgrind == "kept")
+        run_jobs(log, args.jobs, args.under_callgrind)
         return
     timed(args, log)
 

@@ -4,7 +4,9 @@
 they fit in ``limit``; past it exactly the first ``limit // 2`` bytes and the last
 ``limit - limit // 2``, with the line ``[cronkeeper: N bytes left out]`` between them (N: the
 bytes between the two halves). Memory stays within about twice the limit however much the job
-prints. ``feed`` may be called from several threads (a handler's log records).
+prints. It takes bytes only: a command's or a handler process's pipe as it is read, and a
+handler's log records from its job (``runtime.Running``), which keeps them as lines and feeds
+its capture their bytes once they pass the limit. ``feed`` may be called from several threads.
 
 Showing it: ``for_terminal`` (bytes as text, invalid UTF-8 as ``\\xNN``, control characters
 other than newline and tab escaped with ``safe``, the project's one escaping helper),
@@ -33,8 +35,8 @@ def left_out_line(count: int) -> bytes:
 class Capture:
     """One attempt's output, capped at ``limit`` bytes (head and tail, see the module)."""
 
-    __slots__ = ("_closed", "_head", "_lock", "_tail", "_value", "head_size", "limit", "lines",
-                 "pending", "spill_at", "tail_size", "total")
+    __slots__ = ("_closed", "_head", "_lock", "_tail", "_value", "head_size", "limit", "tail_size",
+                 "total")
 
     def __init__(self, limit: int) -> None:
         if limit < 1:
@@ -48,50 +50,12 @@ class Capture:
         self._lock = threading.Lock()
         self._closed = False
         self._value: bytes | None = None
-        # Lines fed as text (a handler's records), not yet folded into head and tail; about how
-        # many characters they hold; past ``spill_at`` they are folded (``spill``). Public, as
-        # ``Running``'s: ``logcapture`` appends to them directly, one record at a time.
-        self.lines: list[str] = []
-        self.pending = 0
-        self.spill_at = limit
-
-    def feed_line(self, text: str) -> None:
-        """Append a line of text (a log record): kept in a list, without a lock (appending to
-        a list is atomic), and folded into the bytes when they pass the limit, before bytes
-        are fed, and at the end. The cheap way for many short lines from a handler's threads."""
-        self.lines.append(text)
-        self.pending += len(text)  # a trigger only: racing threads may miscount it a little
-        if self.pending > self.spill_at:
-            self.spill()
-
-    def spill(self) -> None:
-        """Fold the pending lines (past ``spill_at``; dropped once closed), if the lock is free
-        (as ``Running.spill``: a record emitted under it must not wait for itself)."""
-        if self._lock.acquire(blocking=False):
-            try:
-                self._fold()
-            finally:
-                self._lock.release()
-
-    def _fold(self) -> None:
-        """Move the pending lines into head and tail (under the lock). The list stays the same
-        object and only its first ``n`` items go: a line another thread appends meanwhile lands
-        after them and stays for the next fold."""
-        lines = self.lines
-        n = len(lines)
-        if n:
-            self.pending = 0
-            chunk = "".join(lines[:n])
-            del lines[:n]
-            self._feed(chunk.encode("utf-8", "replace"))
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append what arrived (ignored once closed: the attempt has ended)."""
         if not data:
             return
         with self._lock:
-            if self.lines:
-                self._fold()
             self._feed(data)
 
     def _feed(self, data: bytes | bytearray | memoryview) -> None:
@@ -117,19 +81,6 @@ class Capture:
         """End the capture (later feeds are ignored) and return what it kept."""
         with self._lock:
             if self._value is None:
-                if not self.total:  # only lines so far (a handler's records): the usual case
-                    data = "".join(self.lines).encode("utf-8", "replace")
-                    self.lines.clear()
-                    self.spill_at = -1  # a line fed later is dropped at once
-                    if len(data) <= self.limit:  # kept as they are: one join, one encoding
-                        self.total = len(data)
-                        self._closed = True
-                        self._value = data
-                        return data
-                    self._feed(data)
-                else:
-                    self._fold()
-                self.spill_at = -1
                 self._closed = True
                 self._value = self._render()
             return self._value

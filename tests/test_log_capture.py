@@ -1,8 +1,8 @@
 """A handler's log records kept with its attempt (cronkeeper.worker.logcapture), in one process:
-each record goes to the capture of the job that emitted it and to no other, in its order, as
-one line with its instant; the cap keeps the exact first and last halves of those lines; a
-capture closed when its job is abandoned keeps what came before and nothing after. The same
-with real workers: tests/test_job_output.py."""
+each record goes to the job that emitted it (runtime.Running) and to no other, in its order, as
+one line with its instant; the cap keeps the exact first and last halves of those lines; an
+output taken when its job is abandoned keeps what came before and nothing after. The same with
+real workers: tests/test_job_output.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_output_capture import reference
 
-from cronkeeper.output import Capture
+from cronkeeper.output import left_out_line
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.logcapture import JobLogCapture, capturing, line
 from cronkeeper.worker.runtime import Running
@@ -49,6 +49,13 @@ def stamp_ms(text: str) -> int:
     return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) * 1000 + int(stamp[20:23])
 
 
+def held(limit: int) -> Running:
+    job = Running(job=None)  # type: ignore[arg-type] - no job is read
+    if limit > 0:
+        job.keep_records(limit)  # as run_task does for a handler in this process
+    return job
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(0.0, 4e9, allow_nan=False) | st.sampled_from(
     [1772953201.0, 1772953201.0009999, 1772953201.001, 1772953201.9999999, 1772953202.0]),
@@ -70,9 +77,9 @@ def test_the_handler_writes_the_line_that_line_writes(log):
     keeper = logging.Handler()
     keeper.emit = records.append  # type: ignore[method-assign]
     log.addHandler(keeper)
-    capture = Capture(1 << 16)
+    job = held(1 << 16)
     try:
-        with capturing(capture):
+        with capturing(job):
             log.info("plain %d and %s", 1, "two")
             log.warning("no args, a literal %s")
             try:
@@ -82,14 +89,14 @@ def test_the_handler_writes_the_line_that_line_writes(log):
             log.info("with its stack", stack_info=True)
     finally:
         log.removeHandler(keeper)
-    kept = capture.close().decode()
+    kept = job.output().decode()
     assert len(records) == 4 and kept == "".join(line(r) for r in records)
     assert "ValueError: boom" in kept and 'raise ValueError("boom")' in kept
     assert "Stack (most recent call last):" in kept and "literal %s\n" in kept
 
 
 def test_records_outside_any_job_and_of_other_jobs_are_not_kept(log):
-    mine, other = Capture(1 << 16), Capture(1 << 16)
+    mine, other = held(1 << 16), held(1 << 16)
     log.info("before any job")
     with capturing(mine):
         log.info("mine 1")
@@ -97,18 +104,18 @@ def test_records_outside_any_job_and_of_other_jobs_are_not_kept(log):
             log.info("other 1")
         log.info("mine 2")
     log.info("after the job")
-    assert [x.split(": ", 1)[1] for x in mine.close().decode().splitlines()] == ["mine 1", "mine 2"]
-    assert [x.split(": ", 1)[1] for x in other.close().decode().splitlines()] == ["other 1"]
+    assert [x.split(": ", 1)[1] for x in mine.output().decode().splitlines()] == ["mine 1", "mine 2"]
+    assert [x.split(": ", 1)[1] for x in other.output().decode().splitlines()] == ["other 1"]
 
 
 def test_two_jobs_on_two_threads_logging_in_strict_alternation_keep_only_their_own(log):
     turns = [threading.Event(), threading.Event()]
-    captures = [Capture(1 << 20), Capture(1 << 20)]
+    jobs = [held(1 << 20), held(1 << 20)]
     stray: list[BaseException] = []
 
     def job(me: int) -> None:
         try:
-            with capturing(captures[me]):
+            with capturing(jobs[me]):
                 for i in range(300):
                     assert turns[me].wait(10)
                     turns[me].clear()
@@ -126,12 +133,12 @@ def test_two_jobs_on_two_threads_logging_in_strict_alternation_keep_only_their_o
         t.join(30)
     assert not stray
     for me in (0, 1):
-        lines = captures[me].close().decode().splitlines()
+        lines = jobs[me].output().decode().splitlines()
         assert [x.split(": ", 1)[1] for x in lines] == [f"job {me} line {i}" for i in range(300)]
 
 
 def test_an_async_job_keeps_its_tasks_and_to_thread_records_and_not_its_neighbours(log):
-    captures = {"a": Capture(1 << 20), "b": Capture(1 << 20)}
+    jobs = {"a": held(1 << 20), "b": held(1 << 20)}
 
     async def handler(key: str) -> None:
         async def task(i: int) -> None:
@@ -143,60 +150,62 @@ def test_an_async_job_keeps_its_tasks_and_to_thread_records_and_not_its_neighbou
             await asyncio.gather(task(i), asyncio.to_thread(log.info, "%s thread %d", key, i))
 
     def job(key: str) -> None:
-        with capturing(captures[key]):
+        with capturing(jobs[key]):
             asyncio.run(handler(key))
 
-    threads = [threading.Thread(target=job, args=(key,)) for key in captures]
+    threads = [threading.Thread(target=job, args=(key,)) for key in jobs]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     for key, other in (("a", "b"), ("b", "a")):
-        messages = [x.split(": ", 1)[1] for x in captures[key].close().decode().splitlines()]
+        messages = [x.split(": ", 1)[1] for x in jobs[key].output().decode().splitlines()]
         assert not [m for m in messages if m.startswith(other)]
         for kind in ("main", "task", "thread"):
             assert [m for m in messages if f" {kind} " in m] == [f"{key} {kind} {i}" for i in range(50)]
 
 
 @settings(max_examples=200, deadline=None)
-@given(lines=st.lists(st.text(max_size=120), max_size=60), limit=st.integers(1, 900),
-       as_bytes=st.lists(st.booleans(), max_size=60))
-def test_lines_past_the_cap_keep_exactly_the_first_and_last_halves(lines, limit, as_bytes):
-    # Lines (a handler's records) and bytes (a pipe's) in any mix, ASCII or not: the capture
-    # keeps what the cap keeps of their concatenation in order, however they were folded.
-    capture = Capture(limit)
+@given(messages=st.lists(st.text(max_size=120), max_size=60), limit=st.integers(1, 900))
+def test_lines_past_the_cap_keep_exactly_the_first_and_last_halves(messages, limit):
+    # A handler's records, ASCII or not, through the root handler into its job: spilled into
+    # its capture as they pass the limit, the rest taken at the end, the output is what the cap
+    # keeps of their lines' concatenation in order, however they were folded.
+    handler = JobLogCapture()
+    job = held(limit)
     fed = b""
-    for i, text in enumerate(lines):
-        if i < len(as_bytes) and as_bytes[i]:
-            capture.feed(text.encode("utf-8", "replace"))
-        else:
-            capture.feed_line(text)
-        fed += text.encode("utf-8", "replace")
-    assert capture.close() == reference(fed, limit)
-    assert capture.total == len(fed)
+    with capturing(job):
+        for message in messages:
+            rec = record(1772953201.25, message, ())
+            handler.handle(rec)
+            fed += line(rec).encode("utf-8", "replace")
+    assert job.output() == reference(fed, limit)
+    # A capture is made only past the limit, and then every byte reached it, kept or not.
+    assert (job.capture is not None) == (len(fed) > limit)
+    assert job.capture is None or job.capture.total == len(fed)
 
 
 def test_a_handler_logging_megabytes_is_held_within_the_cap(log):
-    capture = Capture(4096)
-    with capturing(capture):
+    job = held(4096)
+    with capturing(job):
         for i in range(20000):
             log.info("line %06d %s", i, "x" * 80)
-        # Folded as it goes: never much more than the limit pending as lines.
-        assert capture.pending <= 4096 + 200
-    kept = capture.close().decode()
+        # Spilled as it goes: never much more than the limit pending as lines.
+        assert job.pending <= 4096 + 200 and sum(map(len, job.lines)) <= 4096 + 200
+    kept = job.output().decode()
     lines = kept.splitlines()
     assert lines[0].endswith(": line 000000 " + "x" * 80)
     assert lines[-1].endswith(": line 019999 " + "x" * 80)
     assert "[cronkeeper: " in kept and len(kept.encode()) <= 4096 + 64
 
 
-def test_a_capture_closed_when_its_job_is_abandoned_keeps_what_came_before_only(log):
-    # The worker closes the capture of a thread it abandons at the timeout; the thread logs on.
-    capture = Capture(1 << 16)
+def test_the_output_taken_when_a_job_is_abandoned_keeps_what_came_before_only(log):
+    # The worker takes the output of a thread it abandons at the timeout; the thread logs on.
+    job = held(1 << 16)
     closed, logged_on = threading.Event(), threading.Event()
 
     def handler() -> None:
-        with capturing(capture):
+        with capturing(job):
             log.info("before the timeout")
             closed.wait(10)
             log.info("after the timeout")
@@ -204,46 +213,27 @@ def test_a_capture_closed_when_its_job_is_abandoned_keeps_what_came_before_only(
 
     thread = threading.Thread(target=handler)
     thread.start()
-    while b"before" not in b"".join(s.encode() for s in capture.lines):
+    while not any("before" in text for text in job.lines):
         time.sleep(0.001)
-    kept = capture.close()
+    kept = job.output()
     closed.set()
     assert logged_on.wait(10)
     thread.join(10)
     assert kept.decode().endswith("INFO tests.logcapture: before the timeout\n")
-    assert capture.close() == kept and b"after" not in kept
-
-
-def test_threads_feeding_one_capture_past_its_cap_lose_no_byte_from_the_count():
-    # A handler's own threads (to_thread) log into one capture while it folds them.
-    capture = Capture(1000)
-
-    def write(tag: str) -> None:
-        for i in range(3000):
-            capture.feed_line(f"{tag}{i}\n")
-
-    threads = [threading.Thread(target=write, args=(t,)) for t in "abcd"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    kept = capture.close()
-    assert capture.total == sum(len(f"{t}{i}\n") for t in "abcd" for i in range(3000))
-    assert len(kept) == 1000 + len(b"[cronkeeper: %d bytes left out]\n" % (capture.total - 1000)) + (
-        0 if kept[499:500] == b"\n" else 1)
+    assert job.output() == kept and b"after" not in kept and job.lines == []
 
 
 def test_a_record_that_cannot_be_formatted_is_reported_and_not_kept():
     handler = JobLogCapture()
     reported: list[logging.LogRecord] = []
     handler.handleError = reported.append  # type: ignore[method-assign]
-    capture = Capture(1 << 16)
+    job = held(1 << 16)
     bad, fine = record(1772953201.25, "two %s %s", ("only one",)), record(1772953201.5, "fine", ())
-    with capturing(capture):
+    with capturing(job):
         handler.handle(bad)
         handler.handle(fine)
     assert reported == [bad]
-    assert capture.close() == b"2026-03-08T07:00:01.500Z INFO tests.logcapture: fine\n"
+    assert job.output() == b"2026-03-08T07:00:01.500Z INFO tests.logcapture: fine\n"
 
 
 def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
@@ -264,13 +254,6 @@ def test_a_process_handler_writes_its_records_to_stderr(monkeypatch):
 
 
 # -- a job's records kept as lines on it (runtime.Running): a capture only past its limit -------
-
-def held(limit: int) -> Running:
-    job = Running(job=None)  # type: ignore[arg-type] - no job is read
-    if limit > 0:
-        job.keep_records(limit)  # as run_task does for a handler in this process
-    return job
-
 
 def test_a_job_that_logs_nothing_makes_no_capture_and_keeps_empty_output(log):
     job = held(1 << 16)
@@ -352,7 +335,10 @@ def test_threads_of_one_job_logging_past_its_limit_lose_no_byte_from_the_count(l
     stamp_and_name = len("2026-03-08T07:00:01.250Z INFO tests.logcapture: \n")
     fed = sum(stamp_and_name + len(f"{t}{i}") for t in "abcd" for i in range(3000))
     assert job.capture is not None and job.capture.total == fed
-    assert b"[cronkeeper: %d bytes left out]" % (fed - 1000) in kept
+    # The first and last 500 bytes, the line between (after a newline if the first half
+    # does not end with one), nothing more.
+    assert left_out_line(fed - 1000) in kept
+    assert len(kept) == 1000 + len(left_out_line(fed - 1000)) + (0 if kept[499:500] == b"\n" else 1)
 
 
 def test_a_record_emitted_while_its_job_holds_its_lock_does_not_wait_for_itself(log):

@@ -30,12 +30,13 @@ from typing import Protocol
 
 
 class Lines(Protocol):
-    """Where a job's records go: its ``Capture``, or the ``Running`` job (``runtime``), which
-    makes one only when they pass ``spill_at``. ``JobLogCapture`` appends each record's line to
-    ``lines`` and counts it in ``pending`` itself, calling ``spill`` once past ``spill_at``:
-    the two calls per record into the sink it made before, ``getMessage``'s frame and a
-    ``Capture`` made for every job that logged were a quarter of what keeping the records cost
-    (instructions counted by callgrind: benchmarks/log_capture_cost.py --instructions)."""
+    """Where a job's records go: the ``Running`` job (``runtime``), which keeps them as lines
+    and makes its ``Capture`` (fed bytes) only when they pass ``spill_at``. ``JobLogCapture``
+    appends each record's line to ``lines`` and counts it in ``pending`` itself, calling
+    ``spill`` once past ``spill_at``: the two calls per record into the sink it made before,
+    ``getMessage``'s frame and a ``Capture`` made for every job that logged were a quarter of
+    what keeping the records cost (instructions counted by callgrind:
+    benchmarks/log_capture_cost.py --instructions)."""
 
     lines: list[str]
     pending: int
@@ -171,18 +172,18 @@ def install() -> JobLogCapture:
     return handler
 
 
-class capturing:  # noqa: N801 - used as a function: ``with capturing(capture):``
-    """The records emitted in this context (and the tasks it starts) go to ``capture`` (a
-    ``Capture``, or a ``Running`` job keeping them as lines). A class
-    rather than a generator: it runs around every job."""
+class capturing:  # noqa: N801 - used as a function: ``with capturing(job):``
+    """The records emitted in this context (and the tasks it starts) go to ``job`` (the
+    ``Running`` job, which keeps them as lines; None: to no job). A class rather than a
+    generator: it runs around every job."""
 
-    __slots__ = ("_capture", "_token")
+    __slots__ = ("_job", "_token")
 
-    def __init__(self, capture: Lines | None) -> None:
-        self._capture = capture
+    def __init__(self, job: Lines | None) -> None:
+        self._job = job
 
     def __enter__(self) -> None:
-        self._token = _current.set(self._capture)
+        self._token = _current.set(self._job)
 
     def __exit__(self, *exc: object) -> None:
         _current.reset(self._token)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -124,6 +126,10 @@ def kernel(request, monkeypatch):
     """Both ways of waiting for the child: its pidfd, and an old kernel's (``Popen.wait``)."""
     if request.param == "no pidfd":
         monkeypatch.setattr(commands, "_pidfd", lambda pid: None)
+    else:  # the pidfd path must really run here, not fall back unseen
+        fd = commands._pidfd(os.getpid())
+        assert fd is not None, "os.pidfd_open fails on this kernel: the pidfd path is untested"
+        os.close(fd)
     return request.param
 
 
@@ -145,10 +151,10 @@ def test_a_command_past_its_timeout_is_killed_with_its_whole_group(kernel, keep,
     script = f"sleep 60 & echo $! > {pidfile}; echo started; sleep 60; echo never"
     capture = Capture(1024) if keep else None
     started = []
-    done = commands.run(("/bin/sh", "-c", script), dict(os.environ), 0.5, kill_grace=0.2,
+    done = commands.run(("/bin/sh", "-c", script), dict(os.environ), 2.0, kill_grace=0.2,
                         on_start=started.append, capture=capture)
     assert done == commands.Exit(None)
-    assert started[0].returncode is not None  # the leader killed and reaped
+    assert started[0].returncode in (-signal.SIGTERM, -signal.SIGKILL)  # killed, and reaped
     background = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while not _gone(background) and time.monotonic() < deadline:
@@ -156,3 +162,48 @@ def test_a_command_past_its_timeout_is_killed_with_its_whole_group(kernel, keep,
     assert _gone(background), "the command's background process outlived its group's kill"
     if capture is not None:
         assert capture.close() == b"started\n"
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "discarded"])
+def test_a_timeout_longer_than_one_poll_can_wait_is_waited_for(kernel, keep):
+    # poll() takes at most 2**31 - 1 ms (24.8 days); a schedule's timeout may be years.
+    capture = Capture(1024) if keep else None
+    done = commands.run(("/bin/sh", "-c", "echo done; exit 7"), dict(os.environ), 3000 * 86400.0,
+                        capture=capture)
+    assert done == commands.Exit(7)
+    if capture is not None:
+        assert capture.close() == b"done\n"
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "discarded"])
+def test_a_failure_while_waiting_kills_the_command_rather_than_leave_it_running(kernel, keep):
+    started = []
+
+    def fails(proc) -> None:
+        started.append(proc)
+        raise RuntimeError("the worker could not note the child")
+
+    with pytest.raises(RuntimeError, match="could not note"):
+        commands.run(("/bin/sleep", "60"), dict(os.environ), 120, kill_grace=0.2, on_start=fails,
+                     capture=Capture(1024) if keep else None)
+    assert started[0].returncode in (-signal.SIGTERM, -signal.SIGKILL)  # killed, and reaped
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["kept", "discarded"])
+def test_a_command_killed_by_another_thread_ends_its_wait(kernel, keep):
+    # A worker told to stop kills its commands' groups from its own thread (loop.py's drain).
+    started: list = []
+
+    def kill_once_waiting() -> None:
+        deadline = time.monotonic() + 30
+        while not started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the job's thread is in its wait by now (if not, it finds it dead)
+        commands.kill_group(started[0], 0.0)
+
+    killer = threading.Thread(target=kill_once_waiting)
+    killer.start()
+    done = commands.run(("/bin/sleep", "60"), dict(os.environ), 120, on_start=started.append,
+                        capture=Capture(1024) if keep else None)
+    killer.join(30)
+    assert done.code in (-signal.SIGTERM, -signal.SIGKILL)  # not None: it did not wait 120 s

@@ -20,7 +20,7 @@ import os
 import select
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -106,6 +106,11 @@ def format_instant(at: datetime | None) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The longest one poll waits, in seconds: poll takes at most 2**31 - 1 ms (24.8 days) and a
+# schedule's timeout may be years; past it the loop looks at the deadline and polls again.
+LONGEST_POLL = 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class Exit:
     code: int | None  # None: timed out (the group was killed)
@@ -132,8 +137,9 @@ def run(
             list(argv), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True,
         )
-        on_start(proc)
-        code = _wait_until_exit(proc, deadline)
+        with _killed_on_error(proc, kill_grace):
+            on_start(proc)
+            code = _wait_until_exit(proc, deadline)
         if code is None:
             kill_group(proc, kill_grace)
         return Exit(code)
@@ -146,14 +152,27 @@ def run(
             )
         finally:
             os.close(write_fd)
-        on_start(proc)
-        code = _read_until_exit(proc, read_fd, capture, deadline)
+        with _killed_on_error(proc, kill_grace):
+            on_start(proc)
+            code = _read_until_exit(proc, read_fd, capture, deadline)
         if code is None:
             kill_group(proc, kill_grace)
             _drain(read_fd, capture)  # what it printed until the kill
         return Exit(code)
     finally:
         os.close(read_fd)
+
+
+@contextlib.contextmanager
+def _killed_on_error(proc: subprocess.Popen, grace: float) -> Iterator[None]:
+    """Kill the child's group if waiting for it fails (``on_start`` raising, an interrupt): a
+    job whose attempt ends in an error must not leave its command running, unreaped, to be
+    started again by the retry."""
+    try:
+        yield
+    except BaseException:
+        kill_group(proc, grace)
+        raise
 
 
 def _read_until_exit(proc: subprocess.Popen, fd: int, capture: Capture, deadline: float) -> int | None:
@@ -174,7 +193,7 @@ def _read_until_exit(proc: subprocess.Popen, fd: int, capture: Capture, deadline
             if remaining <= 0:
                 return None
             # Without a pidfd (an old kernel) the exit is noticed by looking every 50 ms.
-            wait = remaining if pidfd is not None else min(remaining, 0.05)
+            wait = min(remaining, LONGEST_POLL) if pidfd is not None else min(remaining, 0.05)
             for ready, events in poller.poll(max(1, math.ceil(wait * 1000))):
                 if ready == pidfd:
                     exited = True
@@ -214,7 +233,7 @@ def _wait_until_exit(proc: subprocess.Popen, deadline: float) -> int | None:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return None
-            poller.poll(max(1, math.ceil(remaining * 1000)))
+            poller.poll(max(1, math.ceil(min(remaining, LONGEST_POLL) * 1000)))
         return code
     finally:
         os.close(pidfd)

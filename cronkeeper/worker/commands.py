@@ -8,8 +8,9 @@
   version that does not exist, or a task schedule: REFUSE (permanent, dead letter at once).
 
 ``run`` starts the child in a new session (its own process group), reads its stdout and stderr
-(one pipe) into the attempt's capture and, past the timeout, kills the whole group: SIGTERM,
-then SIGKILL after ``kill_grace`` seconds (what it printed until then is kept).
+(one pipe) into the attempt's capture, or sends both to /dev/null, and waits on the child's
+pidfd. Past the timeout, or when the wait itself fails, it kills the whole group: SIGTERM, then
+SIGKILL after ``kill_grace`` seconds (what it printed until then is kept).
 """
 
 from __future__ import annotations

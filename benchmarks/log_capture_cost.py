@@ -76,34 +76,28 @@ def handler(log: logging.Logger) -> None:
 
 
 def run_jobs(log: logging.Logger, jobs: int, variant: str) -> None:
+    keep, floor = variant == "kept", variant == "floor"
     root, installed = logging.getLogger(), logcapture.install()
-    if variant != "floor":
-        jobs_as_the_worker_runs_them(log, jobs, keep=variant == "kept")
-        return
-    root.removeHandler(installed)  # the bare handler in its place for the floor's rounds only
-    root.addHandler(BARE)
+    if floor:  # the bare handler in the worker's handler's place, for the floor's rounds only
+        root.removeHandler(installed)
+        root.addHandler(BARE)
     try:
         for _ in range(jobs):
             held = Running(job=None)  # type: ignore[arg-type] - no job is read
-            BARE.lines = []
-            with logcapture.capturing(None):
+            if keep:
+                held.keep_records(DEFAULT_LIMIT)
+            if floor:
+                BARE.lines = []
+            with logcapture.capturing(held if keep else None):
                 handler(log)
             held.output()
-            "".join(BARE.lines).encode("utf-8", "replace")
-            BARE.lines = None
+            if floor:
+                "".join(BARE.lines).encode("utf-8", "replace")  # type: ignore[arg-type]
+                BARE.lines = None
     finally:
-        root.removeHandler(BARE)
-        root.addHandler(installed)
-
-
-def jobs_as_the_worker_runs_them(log: logging.Logger, jobs: int, keep: bool) -> None:
-    for _ in range(jobs):
-        held = Running(job=None)  # type: ignore[arg-type] - no job is read
-        if keep:
-            held.keep_records(DEFAULT_LIMIT)
-        with logcapture.capturing(held if keep else None):
-            handler(log)
-        held.output()
+        if floor:
+            root.removeHandler(BARE)
+            root.addHandler(installed)
 
 
 def timed(args: argparse.Namespace, log: logging.Logger) -> None:

@@ -30,7 +30,9 @@ from daemon_harness import (
     wait_new_leader,
     write_schedules,
 )
+from handlers_for_tests import spawn_worker
 
+import cronkeeper
 from cronkeeper import schedules
 from cronkeeper.errors import ScheduleError
 
@@ -275,3 +277,58 @@ def test_a_runtime_schedule_names_a_calendar_the_files_define(pg, setup):
     assert outcomes == [("skipped", "calendar")]
     assert jobs(conn, "closed-days") == []
     assert_audit_clean(conn)
+
+
+def test_workers_keep_the_output_limit_of_schedules_they_have_no_file_of(pg, setup, tmp_path):
+    """SPEC §16 with §15: a runtime schedule's ``output_limit`` is the one its jobs keep, as is
+    a file schedule's on a worker without that file (the leader's, here): the worker reads it
+    from the version the job names. ``--output-limit`` is for enqueued jobs only."""
+    schema, _files, daemon, conn = setup
+    logged = {**EVERY_SECOND, "task": "output.log_lines", "payload": {"lines": 100}}
+    files = write_schedules(tmp_path / "leader", {"a.toml": (
+        '[filed]\ncron = "* * * * * *"\ntimezone = "UTC"\nmisfire = "skip"\noverlap = "allow"\n'
+        'task = "output.log_lines"\npayload = {lines = 100}\noutput_limit = "512B"\n')})
+    leader = Daemon(url=pg.url, schema=schema, cluster="rt", schedules=files, instance_id="n1",
+                    log_dir=tmp_path, extra=()).start()
+    try:
+        wait_for(lambda: leader_row(conn, "rt"), 30, "a leader")
+        with app(pg) as c:
+            schedules.put_many(c, {"tenant-small": {**logged, "output_limit": "1KiB"},
+                                   "tenant-none": {**logged, "output_limit": "0B"},
+                                   "tenant-default": logged}, schema=schema)
+            c.commit()
+        enqueued = cronkeeper.enqueue(conn, "output.log_lines", {"lines": 100}, key="enqueued",
+                                      schema=schema)
+        names = ("filed", "tenant-small", "tenant-none", "tenant-default")
+        wait_for(lambda: all(jobs(conn, n) for n in names), 20, "a job of every schedule")
+        worker = spawn_worker(pg.url, schema, "--import", "handlers_output",
+                              "--output-limit", "2KiB", cluster="rt")
+        try:
+            def first_ended(name: str):
+                rows = conn.execute(
+                    "SELECT a.output FROM outbox o JOIN attempts a ON a.job_id = o.id WHERE "
+                    "o.schedule IS NOT DISTINCT FROM %s AND (%s OR o.id = %s) AND "
+                    "a.finished_at IS NOT NULL ORDER BY o.scheduled_for LIMIT 1",
+                    (None if name == "enqueued" else name, name != "enqueued", enqueued)).fetchall()
+                return rows[0] if rows else None
+
+            ended = {}
+            for name in (*names, "enqueued"):
+                wait_for(lambda n=name: first_ended(n), 60, f"an attempt of {name} ended",
+                         alive=worker)
+                ended[name] = first_ended(name)[0]
+        finally:
+            worker.kill()
+            worker.wait()
+    finally:
+        leader.kill()
+    assert ended["tenant-none"] is None, "output kept against output_limit 0B"
+    full = bytes(ended["tenant-default"])  # the default, 64 KiB, holds all 100 lines
+    assert b"left out" not in full and full.count(b"\n") == 100
+    for name, limit in (("filed", 512), ("tenant-small", 1024), ("enqueued", 2048)):
+        text = bytes(ended[name])
+        head, cut, rest = text.partition(b"\n[cronkeeper: ")
+        assert cut, f"{name}: nothing left out of {len(text)} bytes"
+        tail = rest.split(b" bytes left out]\n", 1)[1]
+        assert len(head) + len(tail) == limit, (name, len(head), len(tail))
+        assert text.endswith(b" line 99\n"), name

@@ -84,9 +84,9 @@ def default_worker_id() -> str:
                    "this many MiB after a job (0: never).")
 @click.option("--output-limit", envvar="CRONKEEPER_WORKER_OUTPUT_LIMIT", default="64KiB",
               show_default=True, metavar="SIZE",
-              help="Output kept per attempt of a job whose schedule is not in --schedules "
-                   "(enqueued jobs): a size like 64KiB, at most 1MiB; 0B keeps nothing. A "
-                   "schedule's own output_limit applies to its jobs.")
+              help="Output kept per attempt of an enqueued job (one of no schedule): a size "
+                   "like 64KiB, at most 1MiB; 0B keeps nothing. A schedule's own output_limit "
+                   "applies to its jobs, runtime schedules and files this worker lacks too.")
 @click.option("--instance-id", envvar="CRONKEEPER_INSTANCE_ID", default=None,
               help="Default: host, pid and a random suffix.")
 @click.option("--metrics-address", envvar="CRONKEEPER_WORKER_METRICS_ADDRESS",

@@ -5,7 +5,8 @@ The leader writes (``versions_insert``) and reads back the versions in force whe
 begins (``versions_in_force``); ``status``, ``history``, the web and the metrics read them all
 (``versions_all``), or only what is new since they last looked (``versions_stamp``,
 ``versions_after``); a worker asks whether the version a job was written under is still the
-newest (``versions_status``)."""
+newest (``versions_status``), and how much output the jobs of versions it has no file of keep
+(``versions_output_limits``)."""
 
 from __future__ import annotations
 
@@ -163,6 +164,17 @@ def versions_stamp(conn: sa.Connection | psycopg.Connection) -> tuple[int, int]:
         "SELECT coalesce(max(id), 0), count(*) FROM schedule_versions"
     ))
     return int(row[0]), int(row[1])
+
+
+def versions_output_limits(conn: sa.Connection, version_ids: Sequence[int]) -> dict[int, int | None]:
+    """The ``output_limit`` in each of these versions' specs, in bytes; None where the spec
+    leaves it out (the default: ``ScheduleSpec.to_json`` writes the key only when it is not,
+    and a spec stored before the key existed has none). Versions that do not exist are left
+    out."""
+    rows = driver(conn).execute(
+        "SELECT id, (spec ->> 'output_limit')::bigint FROM schedule_versions "
+        "WHERE id = ANY(%(ids)s::bigint[])", {"ids": list(version_ids)}).fetchall()
+    return {vid: None if limit is None else int(limit) for vid, limit in rows}
 
 
 def versions_status(conn: sa.Connection, version_id: int) -> tuple[str, bool] | None:

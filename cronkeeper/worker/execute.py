@@ -36,7 +36,7 @@ def execute(worker: Host, held: Running) -> Ending | None:
 def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
-    limit = worker.config.output_limit_of(job.schedule)
+    limit = worker.output_limits.of(job)
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
         # The worker reads what the handler process prints (its log records included) into
         # the capture; a job it committed itself has that written apart.

@@ -38,6 +38,7 @@ from cronkeeper.worker import logcapture
 from cronkeeper.worker.claimer import Claimer
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import account_commit, execute
+from cronkeeper.worker.output_limits import OutputLimits
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
@@ -74,6 +75,7 @@ class Worker:
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "lost": 0}
         # Does the schema keep attempts' output (migrations/0010)?
         self.output_column = SchemaFeature(attempts_output_column)
+        self.output_limits = OutputLimits(config, self.db)  # the output each job keeps
 
     # -- control ---------------------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class Worker:
     def _start(self, jobs: list[OutboxJob]) -> None:
         if not jobs:
             return
+        self.output_limits.learn(jobs)  # a statement only for versions not seen yet
         helds = [Running(job) for job in jobs]
         with self.lock:
             for held in helds:

@@ -45,15 +45,9 @@ class WorkerConfig:
     specs: dict[str, ScheduleSpec] = field(default_factory=dict)
     schedules_digest: str = ""
     version: str = ""
-    # Bytes of output kept per attempt of a job whose schedule is not in ``specs`` (enqueued
-    # jobs; task schedules whose files this worker lacks): --output-limit. 0 keeps nothing.
+    # Bytes of output kept per attempt of a job that names no schedule version (enqueued
+    # jobs): --output-limit. 0 keeps nothing. Schedules keep their own (output_limits.py).
     output_limit: int = DEFAULT_OUTPUT_LIMIT
-
-    def output_limit_of(self, schedule: str | None) -> int:
-        """The output kept for a job of ``schedule``: its spec's, else the worker's."""
-        spec = self.specs.get(schedule) if schedule is not None else None
-        return spec.output_limit if spec is not None else self.output_limit
-
 
     @property
     def heartbeat_interval(self) -> float:
@@ -193,6 +187,12 @@ class HandlerProcesses(Protocol):
         """Run the job in a child: an Ending, or the child's own commit (committed | lost)."""
 
 
+class OutputLimitsOf(Protocol):
+    """The output limit of a job (``output_limits.OutputLimits``)."""
+
+    def of(self, job: OutboxJob) -> int: ...
+
+
 class Host(Protocol):
     """What the leaf modules (execute, recorder, supervisor) use of the worker that runs them:
     the loop's ``Worker`` provides it, and they import this instead of the loop (no import
@@ -212,6 +212,10 @@ class Host(Protocol):
     running: dict[int, Running]
     recording: dict[tuple[int, int], Running]
     output_column: SchemaFeature
+
+    @property
+    def output_limits(self) -> OutputLimitsOf:
+        """Read-only here, as ``pool`` is."""
 
     @property
     def pool(self) -> HandlerProcesses:

@@ -1,0 +1,81 @@
+"""How much output an attempt of each job keeps: its schedule's ``output_limit`` (SPEC §16),
+wherever the schedule is defined.
+
+- A job of a schedule in this worker's files (``--schedules``): that spec's limit.
+- A job the leader emitted from a schedule this worker has no file of (a runtime schedule,
+  SPEC §15, or a file another worker holds): the limit in the spec of the version the job
+  names (``outbox.version_id``), read from ``schedule_versions`` once per version, as a
+  version never changes: one statement for the versions a claimed batch names that are not
+  known yet (none once they are), made by the claim loop before the jobs start.
+- A job without a version (``cronkeeper.enqueue``): the worker's ``--output-limit``.
+
+If that statement fails (the database went away just after the claim), each such job reads
+its version when it starts, and if that fails too it keeps up to ``--output-limit`` (logged):
+what it printed is kept rather than lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from cronkeeper.claiming import ClaimingDatabase
+from cronkeeper.db.outbox_claims import OutboxJob
+from cronkeeper.db.schedule_versions import versions_output_limits
+from cronkeeper.errors import DatabaseError
+from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT
+from cronkeeper.worker.runtime import WorkerConfig
+
+log = logging.getLogger("cronkeeper.worker")
+
+
+class OutputLimits:
+    """The output limit of each job this worker runs (module docstring). ``learn`` runs on the
+    claim loop's thread, ``of`` on the runners': a dict's get and update are each atomic."""
+
+    def __init__(self, config: WorkerConfig, db: ClaimingDatabase) -> None:
+        self._config = config
+        self._db = db
+        self._by_version: dict[int, int] = {}
+
+    def learn(self, jobs: Iterable[OutboxJob]) -> None:
+        """Read the limits of the versions these jobs name that are not known yet (one
+        statement; none when every one is known). A failure leaves them to ``of``."""
+        unknown = {job.version_id for job in jobs
+                   if job.version_id is not None and self._needs_version(job)}
+        if not unknown:
+            return
+        try:
+            with self._db.statement("reading the output limits of schedule versions") as conn:
+                found = versions_output_limits(conn, sorted(unknown))
+        except DatabaseError:
+            return
+        for version_id in unknown:
+            if version_id in found:
+                limit = found[version_id]
+                self._by_version[version_id] = DEFAULT_OUTPUT_LIMIT if limit is None else limit
+            else:  # a version that is not there (an insert by hand): the worker's limit
+                self._by_version[version_id] = self._config.output_limit
+
+    def of(self, job: OutboxJob) -> int:
+        """The bytes an attempt of ``job`` keeps (0: nothing)."""
+        spec = self._config.specs.get(job.schedule) if job.schedule is not None else None
+        if spec is not None:
+            return spec.output_limit
+        if job.version_id is None:
+            return self._config.output_limit
+        limit = self._by_version.get(job.version_id)
+        if limit is None:
+            self.learn([job])
+            limit = self._by_version.get(job.version_id)
+        if limit is None:
+            log.warning("output limit of schedule %s unknown (its version %d could not be "
+                        "read): job=%d key=%s keeps up to --output-limit (%d bytes)",
+                        job.schedule, job.version_id, job.id, job.key, self._config.output_limit,
+                        extra={"action": "output_limit_unknown"})
+            return self._config.output_limit
+        return limit
+
+    def _needs_version(self, job: OutboxJob) -> bool:
+        return (job.version_id not in self._by_version
+                and (job.schedule is None or job.schedule not in self._config.specs))

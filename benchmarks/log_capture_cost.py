@@ -9,7 +9,7 @@ A "job" is what the worker does around the benchmark's handler in this process: 
 job (``keep_records`` with the default 64 KiB limit when kept), the handler's 10 ``log.info``
 calls with two arguments (about 105 bytes a line as kept) inside ``capturing``, then
 ``output()`` as the worker takes it at the job's end; on a root logger prepared as the worker
-prepares it (``logcapture.install``). Three variants:
+prepares it (``logcapture.install``). Four variants:
 
 - ``dropped``: nothing kept (``output_limit = "0B"``): the records are made and dropped at the
   root, the comparison arm of output_capture.py;
@@ -19,7 +19,10 @@ prepares it (``logcapture.install``). Three variants:
   line with a stamp made once (``f"{stamp} {levelname} {name}: {msg % args}\n"``) into a list
   that the job joins and encodes at its end: the least that keeping the lines costs in Python
   whatever the code around it (no traceback, no cap, no other job's records told apart), so
-  that ``kept`` can be read against it.
+  that ``kept`` can be read against it;
+- ``unmade``: a worker that keeps no output at all (``--output-limit 0B`` and every task
+  schedule ``"0B"``), which leaves an untouched root logger at WARNING: the 10 ``log.info``
+  calls return before a record is made, as they did before output was kept.
 
 By default each is timed with the thread's CPU clock, the best of ``--repeat`` rounds of
 ``--jobs`` jobs, in alternation. With ``--instructions`` the script runs itself under
@@ -46,7 +49,7 @@ from cronkeeper.output import DEFAULT_LIMIT
 from cronkeeper.worker import logcapture
 from cronkeeper.worker.runtime import Running
 
-VARIANTS = ("dropped", "kept", "floor")
+VARIANTS = ("dropped", "kept", "floor", "unmade")
 STAMP = "2026-03-08T07:00:01.250Z"
 
 
@@ -76,11 +79,15 @@ def handler(log: logging.Logger) -> None:
 
 
 def run_jobs(log: logging.Logger, jobs: int, variant: str) -> None:
-    keep, floor = variant == "kept", variant == "floor"
+    keep, floor, unmade = variant == "kept", variant == "floor", variant == "unmade"
     root, installed = logging.getLogger(), logcapture.install()
+    level = root.level
     if floor:  # the bare handler in the worker's handler's place, for the floor's rounds only
         root.removeHandler(installed)
         root.addHandler(BARE)
+    if unmade:  # the root as a worker keeping nothing leaves it
+        root.removeHandler(installed)
+        root.setLevel(logging.WARNING)
     try:
         for _ in range(jobs):
             held = Running(job=None)  # type: ignore[arg-type] - no job is read
@@ -97,7 +104,9 @@ def run_jobs(log: logging.Logger, jobs: int, variant: str) -> None:
     finally:
         if floor:
             root.removeHandler(BARE)
+        if floor or unmade:
             root.addHandler(installed)
+            root.setLevel(level)
 
 
 def timed(args: argparse.Namespace, log: logging.Logger) -> None:
@@ -109,9 +118,10 @@ def timed(args: argparse.Namespace, log: logging.Logger) -> None:
             best[name] = min(best[name], (time.thread_time() - start) / args.jobs)
     base = best["dropped"]
     for name, seconds in best.items():
-        print(f"{name:8s} {seconds * 1e6:6.2f} us per job (+{(seconds - base) * 1e6:5.2f})")
+        print(f"{name:8s} {seconds * 1e6:6.2f} us per job ({(seconds - base) * 1e6:+6.2f})")
     print(f"kept / dropped: {best['kept'] / base:.3f} of the worker's Python for these 10 records;"
-          f" floor / dropped: {best['floor'] / base:.3f}")
+          f" floor / dropped: {best['floor'] / base:.3f}; unmade / dropped: "
+          f"{best['unmade'] / base:.3f}")
 
 
 def instructions(jobs: int) -> None:
@@ -125,9 +135,10 @@ def instructions(jobs: int) -> None:
     start = count("dropped", 0)  # start-up and imports, the same for both
     per_job = {v: (count(v, jobs) - start) / jobs for v in VARIANTS}
     for name, n in per_job.items():
-        print(f"{name:8s} {n:9.0f} instructions per job (+{n - per_job['dropped']:7.0f})")
+        print(f"{name:8s} {n:9.0f} instructions per job ({n - per_job['dropped']:+8.0f})")
     print(f"kept / dropped: {per_job['kept'] / per_job['dropped']:.3f} of the instructions;"
-          f" floor / dropped: {per_job['floor'] / per_job['dropped']:.3f}")
+          f" floor / dropped: {per_job['floor'] / per_job['dropped']:.3f}; unmade / dropped: "
+          f"{per_job['unmade'] / per_job['dropped']:.3f}")
 
 
 def main() -> None:

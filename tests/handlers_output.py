@@ -120,3 +120,11 @@ async def silent_then_log_async(payload, ctx):
     await asyncio.sleep(float(payload.get("sleep", 0)))
     if payload.get("log"):
         await asyncio.to_thread(log.info, "%s after a silent start", ctx.key)
+
+
+@task("output.report_level")
+def report_level(payload, ctx):
+    """Logs one INFO line, then fails on purpose with whether an INFO record is made here at
+    all (a worker that keeps no output leaves the root logger at WARNING)."""
+    log.info("%s info line", ctx.key)
+    raise RuntimeError(f"info records made: {log.isEnabledFor(logging.INFO)}")

@@ -390,3 +390,34 @@ def test_a_worker_on_a_schema_without_the_column_keeps_the_tail_in_the_error(
     ended(engine, job, "dead", proc)
     error = q(engine, "SELECT error FROM attempts WHERE job_id = %(j)s", j=job)[0][0]
     assert error.startswith("exit status 1") and error.endswith("output (last lines):\nwhy it failed")
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_a_worker_keeping_nothing_makes_no_record_until_a_job_keeps_them(engine, schema,
+                                                                       spawned_workers, isolation):
+    """``--output-limit 0B`` and no schedule that keeps output: the root logger is left at
+    WARNING, so a discarded ``log.info`` record is never made (as before output was kept). The
+    first job whose schedule keeps output lowers it, in the worker and in its handler
+    processes (told with each job), and its lines are kept; the jobs after it make theirs."""
+    first = enqueue(engine, "output.report_level", {}, f"first-{isolation}", max_attempts=1)
+    proc = spawned_workers("--import", "handlers_output", "--output-limit", "0B",
+                           "--isolation", isolation, "--concurrency", "1")
+    ended(engine, first, "dead", proc)
+    assert "info records made: False" in job_state(engine, first)[2]
+    assert output_of(engine, first) is None
+    with engine.begin() as conn:  # a schedule's version and its job, as a leader writes them
+        version = conn.exec_driver_sql(
+            "INSERT INTO schedule_versions (schedule, digest, spec, active_from, term) VALUES "
+            "('keeps', 'd', '{\"task\": \"output.report_level\"}', now(), 1) RETURNING id").scalar()
+        kept = conn.exec_driver_sql(
+            "INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, "
+            "max_attempts) VALUES (%(k)s, 'keeps', now(), %(v)s, 'output.report_level', 1) "
+            "RETURNING id", {"k": f"keeps-{isolation}", "v": version}).scalar()
+    ended(engine, kept, "dead", proc)
+    assert "info records made: True" in job_state(engine, kept)[2]
+    assert output_of(engine, kept).decode().endswith(
+        f" INFO tests.output: keeps-{isolation} info line\n")
+    after = enqueue(engine, "output.report_level", {}, f"after-{isolation}", max_attempts=1)
+    ended(engine, after, "dead", proc)
+    assert "info records made: True" in job_state(engine, after)[2]
+    assert output_of(engine, after) is None  # made, and dropped: its job keeps nothing

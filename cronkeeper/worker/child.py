@@ -159,7 +159,7 @@ def main(argv: list[str]) -> int:
     if init is None:
         return 0
     sys.path[:] = init["sys_path"]
-    from cronkeeper.worker.logcapture import child_setup
+    from cronkeeper.worker.logcapture import child_setup, lower_to
     from cronkeeper.worker.registry import import_modules
 
     import_modules(list(init["imports"]))
@@ -168,6 +168,8 @@ def main(argv: list[str]) -> int:
     try:
         write_frame(out, {"t": "ready", "pid": os.getpid()})
         while (job := read_frame(inp)) is not None:
+            if "log_level" in job:
+                lower_to(int(job["log_level"]))
             reply = child.run(job)
             _flush_printed()  # all it printed is in the pipe before the worker hears "done"
             _reply(out, reply)

@@ -11,7 +11,7 @@ from cronkeeper.db.attempts import attempts_output_record
 from cronkeeper.db.schedule_versions import versions_status
 from cronkeeper.errors import DatabaseError
 from cronkeeper.output import Capture
-from cronkeeper.worker import commands
+from cronkeeper.worker import commands, logcapture
 from cronkeeper.worker.async_context import AsyncJobContext
 from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
 from cronkeeper.worker.context import JobContext
@@ -37,6 +37,8 @@ def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
     limit = worker.output_limits.of(job)
+    if limit > 0:
+        logcapture.install()  # done at start unless this worker's limits are all 0
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
         # The worker reads what the handler process prints (its log records included) into
         # the capture; a job it committed itself has that written apart.

@@ -17,6 +17,13 @@ level keeps it; one left at the default (WARNING) is lowered to INFO, so that a 
 ``log.info`` lines are kept, and handlers already on the root logger keep the level they
 printed at. Records outside any job are handled as before: a WARNING or worse with no other
 handler in its way goes to ``logging.lastResort`` (stderr), as it did without this one.
+
+When: the worker installs it as it starts if it may keep a handler's records (its
+``--output-limit`` or one of its task schedules' limits is not 0), else before the first job
+that keeps them (``install`` is idempotent and cheap once done). A worker that keeps
+no output at all never lowers the root logger, so a discarded ``log.info`` record is never
+made, as before output was kept. A handler process is told the level with each job
+(``lower_to``), so one started before the install keeps records from then on.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import contextlib
 import contextvars
 import logging
 import sys
+import threading
 import time
 from typing import Protocol
 
@@ -152,13 +160,20 @@ def _handled_elsewhere(record: logging.LogRecord, mine: logging.Handler) -> bool
 
 
 _installed: JobLogCapture | None = None
+_install_lock = threading.Lock()  # two runner threads installing at once add one handler
 
 
 def install() -> JobLogCapture:
     """Put the capture on the root logger (once per process)."""
+    installed = _installed
+    if installed is not None:
+        return installed
+    with _install_lock:
+        return _installed or _install()
+
+
+def _install() -> JobLogCapture:
     global _installed
-    if _installed is not None:
-        return _installed
     root = logging.getLogger()
     handler = JobLogCapture()
     handler.fallback_level = root.level or logging.WARNING
@@ -201,6 +216,14 @@ class _StderrRecords(logging.Handler):
             self.handleError(record)
 
 
+def lower_to(level: int) -> None:
+    """A handler process: records at ``level`` and above reach the root logger (the worker's
+    level when it sent the job: lowered once it installed the capture)."""
+    root = logging.getLogger()
+    if root.level > level:
+        root.setLevel(level)
+
+
 def child_setup(level: int) -> None:
     """A handler process: stdout written through at each line (so that prints and records
     arrive in the order they were made), and the root logger's records written to stderr
@@ -208,9 +231,8 @@ def child_setup(level: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(line_buffering=True, write_through=True)  # type: ignore[union-attr]
+    lower_to(level)
     root = logging.getLogger()
-    if root.level > level:
-        root.setLevel(level)
     streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
     if not any(isinstance(h, logging.StreamHandler) and h.stream in streams for h in root.handlers):
         root.addHandler(_StderrRecords())

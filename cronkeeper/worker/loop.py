@@ -96,7 +96,8 @@ class Worker:
         cfg = self.config
         self._register_until_up()
         self.db.until_done("reading the schema", self.stopping, self._read_schema)
-        logcapture.install()
+        if self._may_keep_records():
+            logcapture.install()  # else before the first job that keeps output, if one does
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self.supervisor.loop, name="supervisor", daemon=True)
         if cfg.isolation == "process":
@@ -128,6 +129,15 @@ class Worker:
         self._runners.stop()
         log.info("worker stopped: worker=%s stats=%s", cfg.worker_id, self.stats, extra={"action": "worker_stopped"})
         return self.exit_code
+
+    def _may_keep_records(self) -> bool:
+        """Whether a handler's records may be kept, as far as the worker knows at start: its
+        --output-limit, or a task schedule of its files. A runtime schedule's limit is known
+        only when its job comes (``execute.run_task`` installs then; handler processes are
+        told the level with each job)."""
+        cfg = self.config
+        return cfg.output_limit > 0 or any(
+            s.command is None and s.output_limit > 0 for s in cfg.specs.values())
 
     def _read_schema(self, conn: Connection) -> None:
         self.output_column.check(conn)

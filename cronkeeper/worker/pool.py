@@ -294,6 +294,9 @@ class ProcessPool:
             "schedule": job.schedule, "task": job.task, "payload_json": job.payload_json,
             "scheduled_for": format_instant(job.scheduled_for) or None,
             "note": self.notes.present,
+            # The worker may have lowered its root logger since this child started
+            # (logcapture.install before the first job that keeps output).
+            "log_level": logging.getLogger().getEffectiveLevel(),
         })
         backend: int | None = None
         capture = held.capture

@@ -120,6 +120,15 @@ def sleepy(payload, ctx):
     time.sleep(float(payload.get("sleep", 60)))
 
 
+@task("holds_its_transaction")
+def holds_its_transaction(payload, ctx):
+    """Notes in its job's transaction the instant it got a connection (table ``held``, made by
+    the test), then keeps the transaction open for ``sleep`` seconds."""
+    ctx.connection.exec_driver_sql(
+        "INSERT INTO held (key, at) VALUES (%(k)s, clock_timestamp())", {"k": ctx.key})
+    time.sleep(float(payload.get("sleep", 2)))
+
+
 class InvoicePayload(TypedDict):
     invoice_id: int
 

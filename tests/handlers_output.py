@@ -94,6 +94,7 @@ def log_in_transaction(payload, ctx):
     print(f"{ctx.key} printed", flush=True)
     with ctx.effect(f"output:{ctx.key}") as first:
         assert first
+    time.sleep(float(payload.get("sleep", 0)))
 
 
 @task("output.log_lines")

@@ -90,6 +90,35 @@ def test_hand_written_row_cannot_run_a_command(engine, schema, database_url, tmp
     assert "superseded" in errors[3]
 
 
+def test_a_version_the_worker_ran_is_not_read_again(engine, schema, database_url, tmp_path,
+                                                     command_schedule):
+    """A command job of a version whose digest the worker already read (the one its file
+    has) runs without reading ``schedule_versions`` again: a version never changes. Here the
+    table is moved away after the first job, and the next job of that version still runs."""
+    out = tmp_path / "env.jsonl"
+    schedules, first = command_schedule(["tests/bin/record_env", str(out), "0"])
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: state_of(engine, first)[0] == "succeeded", 20)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE schedule_versions RENAME TO schedule_versions_away")
+            second = conn.exec_driver_sql(
+                "INSERT INTO outbox (idempotency_key, schedule, scheduled_for, version_id, task, "
+                "payload) SELECT 'backup@2026-03-08T08:00:00Z', schedule, "
+                "'2026-03-08T08:00:00Z', version_id, task, payload FROM outbox WHERE id = %(i)s "
+                "RETURNING id", {"i": first}).scalar()
+        wait_until(lambda: state_of(engine, second)[0] == "succeeded", 20,
+                   message=f"the second job: {state_of(engine, second)}")
+    finally:
+        proc.kill()
+        proc.wait()
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE IF EXISTS schedule_versions_away RENAME TO "
+                                 "schedule_versions")
+    keys = [json.loads(line)["CRONKEEPER_IDEMPOTENCY_KEY"] for line in out.read_text().splitlines()]
+    assert keys == ["backup@2026-03-08T07:00:00Z", "backup@2026-03-08T08:00:00Z"]
+
+
 def test_newer_version_waits_without_counting_an_attempt(engine, schema, database_url, tmp_path,
                                                           command_schedule):
     schedules, job = command_schedule(["tests/bin/record_env", str(tmp_path / "x"), "0"])

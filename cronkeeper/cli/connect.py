@@ -60,7 +60,7 @@ def open_direct(database_url: str | None, schema: str, *, application_name: str)
 def open_database(
     database_url: str | None, schema: str, *, migrate_first: bool = False, check: bool = True,
     application_name: str = "cronkeeper", wait: bool = False, schema_needed: int | None = None,
-    migrate_embedded: bool = True, _url: str | None = None,
+    migrate_embedded: bool = True, _url: str | None = None, pool_size: int = 5,
 ) -> Database:
     """The embedded database is migrated always; a configured one only when asked to.
 
@@ -71,11 +71,13 @@ and when it ends (``cronkeeper.outage``), as it is once running; a
     behind, or an error that is not about connecting, still ends the command at once.
 
     ``schema_needed``: the oldest schema version the command works with (default: every
-    migration this release ships; workers and relays also run on the previous release's)."""
+    migration this release ships; workers and relays also run on the previous release's).
+    ``pool_size``: the connections the process keeps open for reuse (5 more are opened, and
+    closed after use, when those are all taken)."""
     check_schema_name(schema)
     is_embedded = not database_url
     url = normalize_url(database_url or _url or embedded.start())
-    engine = make_engine(url, schema, application_name=application_name)
+    engine = make_engine(url, schema, pool_size=pool_size, application_name=application_name)
     delay = 0.5
     outage = OutageReport()
     while True:

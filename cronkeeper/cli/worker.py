@@ -27,6 +27,15 @@ def parse_limits(values: tuple[str, ...]) -> dict[str, int]:
     return limits
 
 
+# The worker's own threads that hold or take a pooled connection beside its runners (each of
+# which may hold one for a handler's transaction, a command's version, an output written
+# apart): the claim loop and the recorder keep one each, the supervisor takes one to heartbeat,
+# and one to spare (the drain, the reaper). A pool smaller than that made the runners and the
+# supervisor wait for each other: ten handlers holding their transactions 30 s starved the
+# heartbeat until the pool's timeout ended the supervisor thread.
+OWN_CONNECTIONS = 4
+
+
 def parse_output_limit(value: str) -> int:
     from cronkeeper.schedule.model import MAX_OUTPUT_LIMIT
     from cronkeeper.schedule.values import size
@@ -123,7 +132,8 @@ def worker_command(
     specs, digest = load_specs(schedules_dir)
     import_modules(list(imports))
     database = open_database(database_url, schema, application_name="cronkeeper-worker", wait=True,
-                             schema_needed=PREVIOUS_RELEASE_SCHEMA)
+                             schema_needed=PREVIOUS_RELEASE_SCHEMA,
+                             pool_size=concurrency + OWN_CONNECTIONS)
     if database.embedded:
         log.warning("embedded database: no --database-url; this worker uses the embedded "
                     "PostgreSQL (single node)", extra={"action": "embedded_database"})

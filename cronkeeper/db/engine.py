@@ -36,19 +36,22 @@ def __getattr__(name: str) -> Any:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
 
+    # A pool with no connection free within its timeout (sa_exc.TimeoutError) is the database
+    # unavailable to this process for now: said, and retried, as an outage is.
     return {"Engine": sa.Engine, "Connection": sa.Connection, "URL": sa.engine.URL,
-            "DRIVER_ERRORS": (sa_exc.DBAPIError, psycopg.Error),
+            "DRIVER_ERRORS": (sa_exc.DBAPIError, sa_exc.TimeoutError, psycopg.Error),
             "CONNECTION_ERRORS": (psycopg.OperationalError, sa_exc.OperationalError)}[name]
 
 
 def _driver_errors() -> tuple[type[BaseException], ...]:
     """psycopg's errors, and SQLAlchemy's wrappers of them once SQLAlchemy is loaded (no
-    SQLAlchemy connection can have raised one before)."""
+    SQLAlchemy connection can have raised one before), and its pool's timeout (no connection
+    free: the database unavailable to this process for now)."""
     if "sqlalchemy" not in sys.modules:
         return (psycopg.Error,)
     from sqlalchemy import exc as sa_exc
 
-    return (sa_exc.DBAPIError, sa_exc.OperationalError, psycopg.Error)
+    return (sa_exc.DBAPIError, sa_exc.OperationalError, sa_exc.TimeoutError, psycopg.Error)
 
 
 SCHEMA_PATTERN = re.compile(r"[a-z_][a-z0-9_]{0,62}")

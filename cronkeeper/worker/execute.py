@@ -36,7 +36,7 @@ def execute(worker: Host, held: Running) -> Ending | None:
 def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
-    limit = worker.output_limits.of(job)
+    limit = worker.versions.output_limit(job)
     if limit > 0:
         logcapture.install()  # done at start unless this worker's limits are all 0
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:
@@ -106,12 +106,15 @@ def settle_done(worker: Host, held: Running, done: Ending | str, settled: bool =
 
 
 def record_output(worker: Host, held: Running) -> None:
-    """Write the attempt's output on its own (a handler process committed its job)."""
+    """Write the attempt's output on its own (a handler process committed its job). In a
+    transaction, not a statement: ``statement`` keeps a connection for the calling thread, and
+    every runner thread keeping one emptied the worker's pool (the claim loop and the
+    supervisor then waited 30 s for a connection, and the worker stopped)."""
     output = held.output()
     if output is None or not worker.output_column.present:
         return
     try:
-        with worker.db.statement("recording a job's output") as conn:
+        with worker.db.transaction("recording a job's output") as conn:
             attempts_output_record(conn, job_id=held.job.id, attempt=held.job.attempt,
                                    output=output)
     except DatabaseError:
@@ -138,11 +141,19 @@ def account_commit(worker: Host, held: Running, *, committed: bool) -> None:
 
 def run_command(worker: Host, held: Running) -> Ending | None:
     job, cfg = held.job, worker.config
+    spec = cfg.specs.get(job.schedule) if job.schedule is not None else None
     version = None
     if job.version_id is not None:
-        with worker.db.transaction("reading the job's schedule version") as conn:
-            version = versions_status(conn, job.version_id)
-    spec = cfg.specs.get(job.schedule) if job.schedule is not None else None
+        known = worker.versions.digests.get(job.version_id)
+        if spec is not None and known == spec.digest:
+            # A version's digest never changes: one this worker ran is run again without a
+            # round trip (whether it is still the newest matters only when the digests differ).
+            version = (known, True)
+        else:
+            with worker.db.transaction("reading the job's schedule version") as conn:
+                version = versions_status(conn, job.version_id)
+            if version is not None:
+                worker.versions.digests[job.version_id] = version[0]
     decision = commands.decide(job.schedule, job.version_id, version, spec)
     if decision.verdict is commands.Verdict.REFUSE:
         log.error("command refused: job=%d key=%s: %s", job.id, job.key, decision.reason, extra={"action": "command_refused"})

@@ -34,11 +34,10 @@ from cronkeeper.db.engine import Connection, Engine
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.errors import DatabaseError
 from cronkeeper.timing.zones import tzdata_version
-from cronkeeper.worker import logcapture
 from cronkeeper.worker.claimer import Claimer
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import account_commit, execute
-from cronkeeper.worker.output_limits import OutputLimits
+from cronkeeper.worker.job_versions import JobVersions, install_capture
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
@@ -73,9 +72,8 @@ class Worker:
         self.rand = random.Random()
         self.exit_code = 0
         self.stats = {"claimed": 0, "succeeded": 0, "failed": 0, "lost": 0}
-        # Does the schema keep attempts' output (migrations/0010)?
-        self.output_column = SchemaFeature(attempts_output_column)
-        self.output_limits = OutputLimits(config, self.db)  # the output each job keeps
+        self.output_column = SchemaFeature(attempts_output_column)  # attempts.output (0010)?
+        self.versions = JobVersions(config, self.db)  # output limits, commands' digests
 
     # -- control ---------------------------------------------------------------------------
 
@@ -96,8 +94,7 @@ class Worker:
         cfg = self.config
         self._register_until_up()
         self.db.until_done("reading the schema", self.stopping, self._read_schema)
-        if self._may_keep_records():
-            logcapture.install()  # else before the first job that keeps output, if one does
+        install_capture(cfg)  # if it may keep a handler's records; else a job that does will
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self.supervisor.loop, name="supervisor", daemon=True)
         if cfg.isolation == "process":
@@ -130,15 +127,6 @@ class Worker:
         log.info("worker stopped: worker=%s stats=%s", cfg.worker_id, self.stats, extra={"action": "worker_stopped"})
         return self.exit_code
 
-    def _may_keep_records(self) -> bool:
-        """Whether a handler's records may be kept, as far as the worker knows at start: its
-        --output-limit, or a task schedule of its files. A runtime schedule's limit is known
-        only when its job comes (``execute.run_task`` installs then; handler processes are
-        told the level with each job)."""
-        cfg = self.config
-        return cfg.output_limit > 0 or any(
-            s.command is None and s.output_limit > 0 for s in cfg.specs.values())
-
     def _read_schema(self, conn: Connection) -> None:
         self.output_column.check(conn)
         self.db.notes.check(conn)
@@ -157,7 +145,7 @@ class Worker:
     def _start(self, jobs: list[OutboxJob]) -> None:
         if not jobs:
             return
-        self.output_limits.learn(jobs)  # a statement only for versions not seen yet
+        self.versions.learn(jobs)  # a statement only for versions not seen yet
         helds = [Running(job) for job in jobs]
         with self.lock:
             for held in helds:

@@ -46,7 +46,7 @@ class WorkerConfig:
     schedules_digest: str = ""
     version: str = ""
     # Bytes of output kept per attempt of a job that names no schedule version (enqueued
-    # jobs): --output-limit. 0 keeps nothing. Schedules keep their own (output_limits.py).
+    # jobs): --output-limit. 0 keeps nothing. Schedules keep their own (job_versions.py).
     output_limit: int = DEFAULT_OUTPUT_LIMIT
 
     @property
@@ -187,10 +187,12 @@ class HandlerProcesses(Protocol):
         """Run the job in a child: an Ending, or the child's own commit (committed | lost)."""
 
 
-class OutputLimitsOf(Protocol):
-    """The output limit of a job (``output_limits.OutputLimits``)."""
+class VersionsKnown(Protocol):
+    """What the worker knows of its jobs' schedule versions (``job_versions.JobVersions``)."""
 
-    def of(self, job: OutboxJob) -> int: ...
+    digests: dict[int, str]
+
+    def output_limit(self, job: OutboxJob) -> int: ...
 
 
 class Host(Protocol):
@@ -214,7 +216,7 @@ class Host(Protocol):
     output_column: SchemaFeature
 
     @property
-    def output_limits(self) -> OutputLimitsOf:
+    def versions(self) -> VersionsKnown:
         """Read-only here, as ``pool`` is."""
 
     @property

@@ -35,13 +35,18 @@ class Supervisor:
         next_beat = 0.0
         while not self.worker.recorder_done.is_set():
             now = clock.monotonic()
-            self._time_out_tasks(now)
-            if now >= next_beat:
-                next_beat = now + cfg.heartbeat_interval
-                try:
-                    self._heartbeat()
-                except DatabaseError:
-                    next_beat = now + min(cfg.heartbeat_interval, 1.0)
+            try:
+                self._time_out_tasks(now)
+                if now >= next_beat:
+                    next_beat = now + cfg.heartbeat_interval
+                    try:
+                        self._heartbeat()
+                    except DatabaseError:
+                        next_beat = now + min(cfg.heartbeat_interval, 1.0)
+            except Exception as exc:  # noqa: BLE001 - a dead supervisor lets every lease lapse
+                log.error("supervisor: %s: %s (this is a bug in cronkeeper; going on)",
+                          type(exc).__name__, exc, extra={"action": "internal_error"})
+                next_beat = now + min(cfg.heartbeat_interval, 1.0)
             self.worker.recorder_done.wait(0.1)
 
     def _heartbeat(self) -> None:

@@ -1,4 +1,8 @@
-"""How much output an attempt of each job keeps: its schedule's ``output_limit`` (SPEC §16),
+"""What the worker knows of the schedule versions its jobs name, read once per version (a
+version never changes): the output limit of those it has no file of, and the digest of those
+its command jobs ran (``execute.run_command``).
+
+How much output an attempt of each job keeps: its schedule's ``output_limit`` (SPEC §16),
 wherever the schedule is defined.
 
 - A job of a schedule in this worker's files (``--schedules``): that spec's limit.
@@ -24,29 +28,35 @@ from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.db.schedule_versions import versions_output_limits
 from cronkeeper.errors import DatabaseError
 from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT
+from cronkeeper.worker import logcapture
 from cronkeeper.worker.runtime import WorkerConfig
 
 log = logging.getLogger("cronkeeper.worker")
 
 
-class OutputLimits:
-    """The output limit of each job this worker runs (module docstring). ``learn`` runs on the
-    claim loop's thread, ``of`` on the runners': a dict's get and update are each atomic."""
+class JobVersions:
+    """The output limit of each job this worker runs, and the digests of the versions its
+    command jobs ran (module docstring). ``learn`` runs on the claim loop's thread,
+    ``output_limit`` on the runners': a dict's get and update are each atomic."""
 
     def __init__(self, config: WorkerConfig, db: ClaimingDatabase) -> None:
         self._config = config
         self._db = db
-        self._by_version: dict[int, int] = {}
+        self._by_version: dict[int, int] = {}  # output limits
+        self.digests: dict[int, str] = {}  # of the versions command jobs named
 
-    def learn(self, jobs: Iterable[OutboxJob]) -> None:
+    def learn(self, jobs: Iterable[OutboxJob], *, kept: bool = True) -> None:
         """Read the limits of the versions these jobs name that are not known yet (one
-        statement; none when every one is known). A failure leaves them to ``of``."""
+        statement; none when every one is known). A failure leaves them to ``output_limit``. ``kept``:
+        on the claim loop's kept connection; a runner thread (``output_limit``) takes one from the pool
+        and gives it back (a connection kept by every runner would empty the pool)."""
         unknown = {job.version_id for job in jobs
                    if job.version_id is not None and self._needs_version(job)}
         if not unknown:
             return
+        action = "reading the output limits of schedule versions"
         try:
-            with self._db.statement("reading the output limits of schedule versions") as conn:
+            with self._db.statement(action) if kept else self._db.transaction(action) as conn:
                 found = versions_output_limits(conn, sorted(unknown))
         except DatabaseError:
             return
@@ -57,7 +67,7 @@ class OutputLimits:
             else:  # a version that is not there (an insert by hand): the worker's limit
                 self._by_version[version_id] = self._config.output_limit
 
-    def of(self, job: OutboxJob) -> int:
+    def output_limit(self, job: OutboxJob) -> int:
         """The bytes an attempt of ``job`` keeps (0: nothing)."""
         spec = self._config.specs.get(job.schedule) if job.schedule is not None else None
         if spec is not None:
@@ -66,7 +76,7 @@ class OutputLimits:
             return self._config.output_limit
         limit = self._by_version.get(job.version_id)
         if limit is None:
-            self.learn([job])
+            self.learn([job], kept=False)
             limit = self._by_version.get(job.version_id)
         if limit is None:
             log.warning("output limit of schedule %s unknown (its version %d could not be "
@@ -79,3 +89,14 @@ class OutputLimits:
     def _needs_version(self, job: OutboxJob) -> bool:
         return (job.version_id not in self._by_version
                 and (job.schedule is None or job.schedule not in self._config.specs))
+
+
+def install_capture(config: WorkerConfig) -> None:
+    """At the worker's start: install the log capture (``logcapture.install``) if a handler's
+    records may be kept, as far as the worker knows then: its ``--output-limit``, or a task
+    schedule of its files, is not 0. A runtime schedule's limit is known only when its job
+    comes (``execute.run_task`` installs the capture then, and handler processes are told the
+    level with each job)."""
+    if config.output_limit > 0 or any(
+            s.command is None and s.output_limit > 0 for s in config.specs.values()):
+        logcapture.install()

@@ -1,4 +1,4 @@
-"""Which output limit a worker gives each job (cronkeeper/worker/output_limits.py), against a
+"""Which output limit a worker gives each job (cronkeeper/worker/job_versions.py), against a
 real PostgreSQL: its file spec's; else the version it names, read once per version in one
 statement per batch; else ``--output-limit``; and when the database is away, the worker's
 limit with a warning rather than an error that would lose the job. The end-to-end case, a
@@ -17,7 +17,7 @@ from cronkeeper.db.engine import make_engine, normalize_url
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT
 from cronkeeper.schedule.runtime import check_specs
-from cronkeeper.worker.output_limits import OutputLimits
+from cronkeeper.worker.job_versions import JobVersions
 from cronkeeper.worker.runtime import WorkerConfig
 
 READ = "reading the output limits of schedule versions"
@@ -33,6 +33,10 @@ class Counting(ClaimingDatabase):
     def statement(self, action: str):  # type: ignore[override]
         self.actions.append(action)
         return super().statement(action)
+
+    def transaction(self, action: str):  # type: ignore[override]
+        self.actions.append(action)
+        return super().transaction(action)
 
 
 def job(n: int, schedule: str | None, version_id: int | None) -> OutboxJob:
@@ -63,19 +67,19 @@ def test_each_job_gets_its_schedules_limit_read_once_per_version(engine):
     filed = version(engine, "filed", {"output_limit": 0})  # this worker's file says otherwise
     config = WorkerConfig(worker_id="w", output_limit=2048, specs={"filed": file_spec("filed", "100B")})
     db = Counting(engine)
-    limits = OutputLimits(config, db)
+    limits = JobVersions(config, db)
     batch = [job(1, "tenant-zero", zero), job(2, "tenant-small", small),
              job(3, "tenant-default", unset), job(4, "gone", removed), job(5, "filed", filed),
              job(6, None, None), job(7, "tenant-small", small), job(8, "hand-made", 10**9)]
     limits.learn(batch)
     assert db.actions.count(READ) == 1
-    assert [limits.of(j) for j in batch] == [0, 1000, DEFAULT_OUTPUT_LIMIT, DEFAULT_OUTPUT_LIMIT,
+    assert [limits.output_limit(j) for j in batch] == [0, 1000, DEFAULT_OUTPUT_LIMIT, DEFAULT_OUTPUT_LIMIT,
                                              100, 2048, 1000, 2048]
     limits.learn(batch)  # every version known: no statement
     limits.learn([job(9, "tenant-zero", zero)])
     assert db.actions.count(READ) == 1
     late = version(engine, "tenant-late", {"output_limit": 4096})
-    assert limits.of(job(10, "tenant-late", late)) == 4096  # not learned: read by the job itself
+    assert limits.output_limit(job(10, "tenant-late", late)) == 4096  # not learned: read by the job itself
     assert db.actions.count(READ) == 2
 
 
@@ -83,11 +87,11 @@ def test_with_the_database_away_a_job_keeps_the_workers_limit_and_says_so(engine
     small = version(engine, "tenant-small", {"output_limit": 1000})
     away = make_engine(normalize_url("postgresql://postgres@127.0.0.1:1/test"), "cronkeeper",
                        pool_size=1)
-    limits = OutputLimits(WorkerConfig(worker_id="w", output_limit=2048), ClaimingDatabase(away))
+    limits = JobVersions(WorkerConfig(worker_id="w", output_limit=2048), ClaimingDatabase(away))
     one = job(1, "tenant-small", small)
     limits.learn([one])  # does not raise: the claimed jobs still start
     with caplog.at_level(logging.WARNING, logger="cronkeeper.worker"):
-        assert limits.of(one) == 2048
+        assert limits.output_limit(one) == 2048
     warned = [r for r in caplog.records if getattr(r, "action", None) == "output_limit_unknown"]
     assert len(warned) == 1 and "tenant-small" in warned[0].getMessage()
     away.dispose()

@@ -47,9 +47,10 @@ class JobVersions:
 
     def learn(self, jobs: Iterable[OutboxJob], *, kept: bool = True) -> None:
         """Read the limits of the versions these jobs name that are not known yet (one
-        statement; none when every one is known). A failure leaves them to ``output_limit``. ``kept``:
-        on the claim loop's kept connection; a runner thread (``output_limit``) takes one from the pool
-        and gives it back (a connection kept by every runner would empty the pool)."""
+        statement; none when every one is known). A failure leaves them to ``output_limit``.
+        ``kept``: on the claim loop's kept connection; a runner thread (``output_limit``) takes
+        one from the pool and gives it back (a connection kept by every runner would empty
+        the pool)."""
         unknown = {job.version_id for job in jobs
                    if job.version_id is not None and self._needs_version(job)}
         if not unknown:

@@ -33,6 +33,7 @@ class Supervisor:
     def loop(self) -> None:
         cfg = self.worker.config
         next_beat = 0.0
+        last_said, said_until = "", 0.0
         while not self.worker.recorder_done.is_set():
             now = clock.monotonic()
             try:
@@ -44,8 +45,11 @@ class Supervisor:
                     except DatabaseError:
                         next_beat = now + min(cfg.heartbeat_interval, 1.0)
             except Exception as exc:  # noqa: BLE001 - a dead supervisor lets every lease lapse
-                log.error("supervisor: %s: %s (this is a bug in cronkeeper; going on)",
-                          type(exc).__name__, exc, extra={"action": "internal_error"})
+                said = f"{type(exc).__name__}: {exc}"
+                if said != last_said or now >= said_until:  # once a minute while it repeats
+                    last_said, said_until = said, now + 60.0
+                    log.error("supervisor: %s (this is a bug in cronkeeper; going on)", said,
+                              extra={"action": "internal_error"})
                 next_beat = now + min(cfg.heartbeat_interval, 1.0)
             self.worker.recorder_done.wait(0.1)
 

@@ -32,7 +32,9 @@ def parse_limits(values: tuple[str, ...]) -> dict[str, int]:
 # apart): the claim loop and the recorder keep one each, the supervisor takes one to heartbeat,
 # and one to spare (the drain, the reaper). A pool smaller than that made the runners and the
 # supervisor wait for each other: ten handlers holding their transactions 30 s starved the
-# heartbeat until the pool's timeout ended the supervisor thread.
+# heartbeat until the pool's timeout ended the supervisor thread. The 5 the pool opens for a
+# moment beyond it cover the rest (a metrics scrape; an abandoned handler thread still holding
+# its transaction). Idle connections stay open: a worker keeps at most this many.
 OWN_CONNECTIONS = 4
 
 

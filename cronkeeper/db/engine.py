@@ -304,6 +304,10 @@ def advisory_key_parts(key: int) -> tuple[int, int]:
 
 def describe(exc: BaseException) -> str:
     """A one-line message for a driver error, password-free."""
+    if type(exc).__name__ == "TimeoutError" and type(exc).__module__ == "sqlalchemy.exc":
+        # The server is fine: this process's connections are all in use (handlers holding
+        # their jobs' transactions, say).
+        return (f"no connection free in this process's pool: {str(exc).split(' (Background')[0]}")
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
     return re.sub(r"password=\S+", "password=***", text)

@@ -172,7 +172,8 @@ def versions_output_limits(conn: sa.Connection, version_ids: Sequence[int]) -> d
     and a spec stored before the key existed has none). Versions that do not exist are left
     out."""
     rows = driver(conn).execute(
-        "SELECT id, (spec ->> 'output_limit')::bigint FROM schedule_versions "
+        "SELECT id, CASE WHEN jsonb_typeof(spec -> 'output_limit') = 'number' "
+        "THEN (spec ->> 'output_limit')::bigint END FROM schedule_versions "
         "WHERE id = ANY(%(ids)s::bigint[])", {"ids": list(version_ids)}).fetchall()
     return {vid: None if limit is None else int(limit) for vid, limit in rows}
 

@@ -16,7 +16,7 @@ flushed before the answer, so the worker has all a job printed when it reads "do
                        "log_level"}
     child -> worker   {"t": "ready", "pid"}
     worker -> child   {"t": "job", "id", "key", "attempt", "schedule", "scheduled_for", "task",
-                       "payload_json", "note"}
+                       "payload_json", "note", "log_level"}   (the worker's level now)
     child -> worker   {"t": "session", "backend_pid"}           (the job's transaction opened)
     child -> worker   {"t": "done", "done": Done, "kind", "error", "jobs", "rss_kib"}
 

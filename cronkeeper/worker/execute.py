@@ -153,7 +153,7 @@ def run_command(worker: Host, held: Running) -> Ending | None:
             with worker.db.transaction("reading the job's schedule version") as conn:
                 version = versions_status(conn, job.version_id)
             if version is not None:
-                worker.versions.digests[job.version_id] = version[0]
+                worker.versions.remember_digest(job.version_id, version[0])
     decision = commands.decide(job.schedule, job.version_id, version, spec)
     if decision.verdict is commands.Verdict.REFUSE:
         log.error("command refused: job=%d key=%s: %s", job.id, job.key, decision.reason, extra={"action": "command_refused"})

@@ -194,6 +194,8 @@ class VersionsKnown(Protocol):
 
     def output_limit(self, job: OutboxJob) -> int: ...
 
+    def remember_digest(self, version_id: int, digest: str) -> None: ...
+
 
 class Host(Protocol):
     """What the leaf modules (execute, recorder, supervisor) use of the worker that runs them:

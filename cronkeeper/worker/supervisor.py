@@ -29,29 +29,45 @@ class Supervisor:
         self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend
         self._lost_said: set[tuple[int, int]] = set()  # (job, attempt) whose lost lease was logged
         self.abandoned: list[threading.Thread] = []
+        self._said_until: dict[tuple[str, str, str], float] = {}  # unexpected errors logged
 
     def loop(self) -> None:
         cfg = self.worker.config
         next_beat = 0.0
-        last_said, said_until = "", 0.0
         while not self.worker.recorder_done.is_set():
             now = clock.monotonic()
+            # Apart: a step that fails on every pass must not keep the other from running (the
+            # heartbeat is what keeps the leases; a dead supervisor lets every one lapse).
             try:
                 self._time_out_tasks(now)
-                if now >= next_beat:
-                    next_beat = now + cfg.heartbeat_interval
-                    try:
-                        self._heartbeat()
-                    except DatabaseError:
-                        next_beat = now + min(cfg.heartbeat_interval, 1.0)
-            except Exception as exc:  # noqa: BLE001 - a dead supervisor lets every lease lapse
-                said = f"{type(exc).__name__}: {exc}"
-                if said != last_said or now >= said_until:  # once a minute while it repeats
-                    last_said, said_until = said, now + 60.0
-                    log.error("supervisor: %s (this is a bug in cronkeeper; going on)", said,
-                              extra={"action": "internal_error"})
-                next_beat = now + min(cfg.heartbeat_interval, 1.0)
+            except Exception as exc:  # noqa: BLE001
+                self._unexpected("timing out handlers", exc, now)
+            if now >= next_beat:
+                next_beat = now + cfg.heartbeat_interval
+                try:
+                    self._heartbeat()
+                except DatabaseError:
+                    next_beat = now + min(cfg.heartbeat_interval, 1.0)
+                except Exception as exc:  # noqa: BLE001
+                    self._unexpected("extending leases", exc, now)
+                    next_beat = now + min(cfg.heartbeat_interval, 1.0)
             self.worker.recorder_done.wait(0.1)
+
+    def _unexpected(self, step: str, exc: Exception, now: float) -> None:
+        """Log an error the supervisor survives: with its traceback the first time, then once a
+        minute while the same error (its type and the line that raised it) repeats."""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+        key = (step, type(exc).__name__, where)
+        if now < self._said_until.get(key, 0.0):
+            return
+        first = key not in self._said_until
+        self._said_until[key] = now + 60.0
+        log.error("supervisor: %s failed: %s: %s (this is a bug in cronkeeper; going on, said "
+                  "once a minute while it repeats)", step, type(exc).__name__, exc,
+                  exc_info=exc if first else None, extra={"action": "internal_error"})
 
     def _heartbeat(self) -> None:
         worker = self.worker

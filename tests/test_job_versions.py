@@ -86,6 +86,8 @@ def test_each_job_gets_its_schedules_limit_read_once_per_version(engine):
     late = version(engine, "tenant-late", {"output_limit": 4096})
     assert limits.output_limit(job(12, "tenant-late", late)) == 4096  # read by the job itself
     assert db.actions.count(READ) == 2
+    assert limits.output_limit(job(13, "filed", 10**9 + 2)) == 100  # not there: its file's
+    assert db.actions.count(READ) == 3
 
 
 def test_with_the_database_away_a_job_keeps_nothing_unless_the_worker_has_its_file(engine,

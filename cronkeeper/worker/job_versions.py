@@ -1,5 +1,5 @@
 """What the worker knows of the schedule versions its jobs name, read once per version (a
-version never changes): the output limit of those it has no file of, and the digest of those
+version never changes): the output limit of each task job's version, and the digest of those
 its command jobs ran (``execute.run_command``).
 
 How much output an attempt of each job keeps: its schedule's ``output_limit`` (SPEC §16),
@@ -22,14 +22,12 @@ be stored, so a limit that cannot be read is never taken to be larger.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 
 from cronkeeper.claiming import ClaimingDatabase
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.db.schedule_versions import versions_output_limits
 from cronkeeper.errors import DatabaseError
 from cronkeeper.schedule.model import DEFAULT_OUTPUT_LIMIT
-from cronkeeper.worker import logcapture
 from cronkeeper.worker.runtime import WorkerConfig
 
 log = logging.getLogger("cronkeeper.worker")
@@ -37,6 +35,7 @@ log = logging.getLogger("cronkeeper.worker")
 # Versions remembered (each way) before the memory is cleared and read again: many runtime
 # schedules changing often must not grow a long-lived worker without bound.
 REMEMBERED = 100_000
+_ABSENT = -1  # remembered for a version that is not there (a row written by hand)
 
 
 class JobVersions:
@@ -72,8 +71,8 @@ class JobVersions:
             if version_id in found:
                 limit = found[version_id]
                 self._by_version[version_id] = DEFAULT_OUTPUT_LIMIT if limit is None else limit
-            else:  # a version that is not there (a row written by hand): as without one
-                self._by_version[version_id] = self._without_version(job_schedule(jobs, version_id))
+            else:
+                self._by_version[version_id] = _ABSENT
 
     def output_limit(self, job: OutboxJob) -> int:
         """The bytes an attempt of ``job`` keeps (0: nothing)."""
@@ -83,6 +82,8 @@ class JobVersions:
         if limit is None:
             self.learn([job], kept=False)
             limit = self._by_version.get(job.version_id)
+        if limit == _ABSENT:  # kept as a job of no version
+            return self._without_version(job.schedule)
         if limit is None:
             spec = self._config.specs.get(job.schedule) if job.schedule is not None else None
             limit = spec.output_limit if spec is not None else 0
@@ -108,18 +109,3 @@ class JobVersions:
         # that spec's limit, read from the file (execute.run_command).
         return job.task != "command" and job.version_id not in self._by_version
 
-
-def job_schedule(jobs: Iterable[OutboxJob], version_id: int) -> str | None:
-    """The schedule the jobs of ``version_id`` name (the first such job's)."""
-    return next((j.schedule for j in jobs if j.version_id == version_id), None)
-
-
-def install_capture(config: WorkerConfig) -> None:
-    """At the worker's start: install the log capture (``logcapture.install``) if a handler's
-    records may be kept, as far as the worker knows then: its ``--output-limit``, or a task
-    schedule of its files, is not 0. A runtime schedule's limit is known only when its job
-    comes (``execute.run_task`` installs the capture then, and handler processes are told the
-    level with each job)."""
-    if config.output_limit > 0 or any(
-            s.command is None and s.output_limit > 0 for s in config.specs.values()):
-        logcapture.install()

@@ -34,7 +34,10 @@ import logging
 import sys
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from cronkeeper.worker.runtime import WorkerConfig
 
 
 class Lines(Protocol):
@@ -186,6 +189,16 @@ def _install() -> JobLogCapture:
     _installed = handler
     return handler
 
+
+
+def install_at_start(config: WorkerConfig) -> None:
+    """At the worker's start: ``install`` if a handler's records may be kept, as far as the
+    worker knows then: its ``--output-limit``, or a task schedule of its files, is not 0. A
+    runtime schedule's limit is known only when its job comes (``execute.run_task`` installs
+    then, and handler processes are told the level with each job)."""
+    if config.output_limit > 0 or any(
+            s.command is None and s.output_limit > 0 for s in config.specs.values()):
+        install()
 
 class capturing:  # noqa: N801 - used as a function: ``with capturing(job):``
     """The records emitted in this context (and the tasks it starts) go to ``job`` (the

@@ -34,10 +34,11 @@ from cronkeeper.db.engine import Connection, Engine
 from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.errors import DatabaseError
 from cronkeeper.timing.zones import tzdata_version
+from cronkeeper.worker import logcapture
 from cronkeeper.worker.claimer import Claimer
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.execute import account_commit, execute
-from cronkeeper.worker.job_versions import JobVersions, install_capture
+from cronkeeper.worker.job_versions import JobVersions
 from cronkeeper.worker.pool import ProcessPool
 from cronkeeper.worker.recorder import record_loop
 from cronkeeper.worker.runners import Runners
@@ -94,7 +95,7 @@ class Worker:
         cfg = self.config
         self._register_until_up()
         self.db.until_done("reading the schema", self.stopping, self._read_schema)
-        install_capture(cfg)  # if it may keep a handler's records; else a job that does will
+        logcapture.install_at_start(cfg)  # else the first job that keeps output installs it
         recorder = threading.Thread(target=record_loop, args=(self,), name="recorder", daemon=True)
         supervisor = threading.Thread(target=self.supervisor.loop, name="supervisor", daemon=True)
         if cfg.isolation == "process":

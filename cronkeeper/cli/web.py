@@ -14,6 +14,13 @@ from cronkeeper.errors import CronkeeperError
 
 log = logging.getLogger("cronkeeper.web")
 
+# The pooled connections one request thread can hold at once: its own, and, for a status read
+# (``/api/status``, ``/instances``: ``operations.status.gather``), two more taken by its reads
+# aside while it holds its own. With the former pool (5, and 5 more for a moment), ten threads
+# reading status at once held all ten connections for their own reads, and their reads aside
+# waited for one until the pool's 30 s timeout, and then answered 503.
+REQUEST_CONNECTIONS = 3
+
 
 @click.command("web")
 @database_options
@@ -52,7 +59,8 @@ def web_command(database_url, schema, cluster, address, allow_actions, token_fil
     from cronkeeper.cli.connect import open_database
     from cronkeeper.db.engine import redact
 
-    db = open_database(database_url, schema, application_name="cronkeeper-web")
+    db = open_database(database_url, schema, application_name="cronkeeper-web",
+                       pool_size=threads * REQUEST_CONNECTIONS)
     config = WebConfig.make(host, port, token, allow_actions, allowed_hosts, periods)
     cache = VersionsCache()
     cache.warm(db.engine, periods)  # parse versions, compute fires, before the first visitor

@@ -52,8 +52,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import StrEnum
 
 from cronkeeper import clock, instance
 from cronkeeper.db import leadership as dbl
@@ -67,65 +65,16 @@ from cronkeeper.db.engine import (
     driver,
     leader_lock_key,
 )
-from cronkeeper.errors import LeadershipLost, PoolerDetected
-from cronkeeper.outage import OutageReport, kind_of
+from cronkeeper.election_signals import NodeOptions, Role, Signal, Signals
+from cronkeeper.errors import DatabaseError, LeadershipLost, PoolerDetected
+from cronkeeper.outage import OutageReport, Repeats, kind_of
 from cronkeeper.term import Term
 
 log = logging.getLogger("cronkeeper.election")
 # What ends a session (and is retried): the database, a lost lock or term, the network.
 _SESSION_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, LeadershipLost, OSError)
-
-
-class Role(StrEnum):
-    CONNECTING = "connecting"
-    STANDBY = "standby"
-    LEADER = "leader"
-    STOPPED = "stopped"
-
-
-class Signal(StrEnum):
-    """What the node publishes to its listeners (see the module's docstring)."""
-
-    CONNECTED = "connected"  # a lock session is up: STANDBY
-    GAINED = "gained"  # the lock is granted and the term recorded: LEADER
-    LOST = "lost"  # the term's leadership ended (stopped, lost, stepped down)
-    FINISHED = "finished"  # the node's thread has ended: STOPPED
-
-
-@dataclass(frozen=True, slots=True)
-class NodeOptions:
-    leader_timeout: float = 10.0  # a leader silent this long is deposed
-    stall_timeout: float = 10.0  # a leader whose work makes no progress this long steps down
-    housekeeping_interval: float = 1.0
-    instance_heartbeat_interval: float = 2.0
-
-
-class Signals:
-    """What a node publishes (see the module's docstring): Events to wait on, and listeners
-    called with each signal in the order they happen."""
-
-    def __init__(self) -> None:
-        self.connected = threading.Event()
-        self.leading = threading.Event()
-        self.finished = threading.Event()
-        self._listeners: list[Callable[[Signal, int | None], None]] = []
-
-    def listen(self, listener: Callable[[Signal, int | None], None]) -> None:
-        """Call ``listener(signal, term)`` for each signal from now on, on the node's threads:
-        it must be quick and must not raise."""
-        self._listeners.append(listener)
-
-    def publish(self, signal: Signal, term: int | None) -> None:
-        if signal is Signal.CONNECTED:
-            self.connected.set()
-        elif signal is Signal.GAINED:
-            self.leading.set()
-        elif signal is Signal.LOST:
-            self.leading.clear()
-        else:
-            self.finished.set()
-        for listener in self._listeners:
-            listener(signal, term)
+# What fails a housekeeping step for the database's sake (its pool's timeout among them).
+_STEP_ERRORS: tuple[type[BaseException], ...] = (*DRIVER_ERRORS, DatabaseError)
 
 
 class Node:
@@ -139,7 +88,7 @@ class Node:
         instance_id: str,
         lead: Callable[[Term], None],
         schedules_digest: Callable[[], str],
-        options: NodeOptions = NodeOptions(),
+        options: NodeOptions | None = None,
         metrics=None,
     ) -> None:
         self.url = url
@@ -149,7 +98,7 @@ class Node:
         self.instance_id = instance_id
         self.lead = lead  # the leader's loop: runs a won term (see Term)
         self.schedules_digest = schedules_digest  # what the instance registry shows
-        self.options = options
+        self.options = options or NodeOptions()
         self.metrics = metrics
         self.lock_key = leader_lock_key(schema, cluster)
         self.role = Role.CONNECTING
@@ -163,6 +112,12 @@ class Node:
         self.last_progress = clock.monotonic()
         self.housekeeping = Housekeeping(self)
         self._outage = OutageReport()  # the session loop's: what it says while the database is away
+
+    @property
+    def database_away(self) -> bool:
+        """Whether the session loop is saying the database is away (from its first failure to
+        the session that follows); read by the housekeeping thread, so as not to say it twice."""
+        return self._outage.down
 
     def healthy(self) -> bool:
         """False while a leader has made no progress for ``stall_timeout`` (the housekeeping
@@ -331,22 +286,66 @@ class Housekeeping:
     def __init__(self, node: Node) -> None:
         self.node = node
         self.skew_seconds: float | None = None
+        # Per step, its database errors (while the session answers): a standby whose heartbeat
+        # is refused still deposes, and one step's success does not end another's outage.
+        self._outages: dict[str, OutageReport] = {}
+        self._repeats = Repeats()  # its other errors (a bug), said once a minute
 
     def run(self) -> None:
         node = self.node
         next_beat = 0.0
         while not node.signals.finished.wait(node.options.housekeeping_interval):
-            try:
-                now = clock.monotonic()
-                if now >= next_beat:
-                    self._instance_heartbeat()
-                    next_beat = now + node.options.instance_heartbeat_interval
-                if node.role is Role.STANDBY:
-                    self._depose_stale_leader()
-                elif node.role is Role.LEADER and now - node.last_progress > node.options.stall_timeout:
-                    self._step_down_stalled()
-            except Exception as exc:  # noqa: BLE001 - housekeeping must outlive a bad moment
-                log.debug("housekeeping: %s", describe(exc), extra={"action": "housekeeping_error"})
+            now = clock.monotonic()
+            # Each step apart: one that fails on every pass (a heartbeat the database refuses,
+            # no pooled connection free) must not keep a standby from deposing a silent leader
+            # or a stalled leader from stepping down.
+            if now >= next_beat and self._step("writing the instance heartbeat",
+                                               self._instance_heartbeat):
+                next_beat = now + node.options.instance_heartbeat_interval
+            if node.role is Role.STANDBY:
+                self._step("deposing a stale leader", self._depose_stale_leader)
+            elif node.role is Role.LEADER and now - node.last_progress > node.options.stall_timeout:
+                self._step("stepping down", self._step_down_stalled)
+
+    def _step(self, step: str, run: Callable[[], None]) -> bool:
+        """Run one step; whether it succeeded. Its failures are said, never raised: a database
+        error as an outage of its own (when it begins, changes kind, once a minute, and its
+        end), unless the node's session is saying the database is away already; any other
+        error with its traceback, then once a minute while it repeats. Each step apart."""
+        try:
+            run()
+        except _STEP_ERRORS as exc:
+            self._database_failed(step, exc)
+            return False
+        except Exception as exc:  # noqa: BLE001 - housekeeping must outlive a bad moment
+            notice = self._repeats.failed(step, exc, clock.monotonic())
+            if notice is not None:
+                log.error("housekeeping: %s failed: %s: %s (this is a bug in cronkeeper; going "
+                          "on, said once a minute while it repeats: %d times in %.0fs)", step,
+                          type(exc).__name__, exc, notice.failures, notice.lasted,
+                          exc_info=exc if notice.first else None,
+                          extra={"action": "internal_error"})
+            return False
+        outage = self._outages.get(step)
+        notice = outage.recovered(clock.monotonic()) if outage is not None else None
+        if notice is not None:
+            log.warning("housekeeping recovered: after=%.1fs failures=%d while=%s", notice.lasted,
+                        notice.failures, step, extra={"action": "housekeeping_recovered"})
+        return True
+
+    def _database_failed(self, step: str, exc: BaseException) -> None:
+        if self.node.database_away:  # the session says it (db_unavailable, leader_lost)
+            return
+        outage = self._outages.setdefault(step, OutageReport())
+        notice = outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        if notice is not None and notice.first:
+            log.warning("housekeeping failed: while=%s error=%s (said again each minute while it "
+                        "lasts)", step, describe(exc),
+                        extra={"action": "housekeeping_failed"})
+        elif notice is not None:
+            log.warning("housekeeping still failing: for=%.0fs failures=%d while=%s error=%s",
+                        notice.lasted, notice.failures, step, describe(exc),
+                        extra={"action": "housekeeping_failed"})
 
     def _instance_heartbeat(self) -> None:
         node = self.node

@@ -1,5 +1,6 @@
 """Saying that the database is away without flooding the log (SPEC §10: every process "says
-what is wrong (once a minute, not in a flood)"). Pure: the caller passes the time (monotonic
+what is wrong (once a minute, not in a flood)"), and the errors a thread survives
+(``Repeats``). Pure: the caller passes the time (monotonic
 seconds) and logs what it is told to; no clock, no logging, no I/O here.
 
 One ``OutageReport`` per thing that can find the database away (the daemon's session loop, a
@@ -76,3 +77,36 @@ class OutageReport:
         notice = Notice(first=False, lasted=now - self._since, failures=self._failures)
         self._since, self._said, self._failures = None, {}, 0
         return notice
+
+
+class Repeats:
+    """Errors a thread survives and goes on after (a bug, most likely), said without flooding:
+    each one the first time with its traceback, then once every ``every`` seconds while the
+    same error recurs. The same error: the same step, type and line that raised it
+    (``where``), whatever its message (which may hold ids or times). Pure and not thread-safe,
+    as ``OutageReport``: one per thread that survives errors (the worker's supervisor, the
+    daemon's housekeeping)."""
+
+    def __init__(self, every: float = EVERY) -> None:
+        self.every = every
+        self._seen: dict[tuple[str, str, str], tuple[float, float, int]] = {}  # first, said, n
+
+    def failed(self, step: str, exc: BaseException, now: float) -> Notice | None:
+        """``exc`` raised by ``step`` at ``now``: the notice to say (``first``: with the
+        traceback), or None to count it silently."""
+        key = (step, type(exc).__name__, where(exc))
+        first_at, said_at, count = self._seen.get(key, (now, -self.every, 0))
+        count += 1
+        if now - said_at < self.every:
+            self._seen[key] = (first_at, said_at, count)
+            return None
+        self._seen[key] = (first_at, now, count)
+        return Notice(first=count == 1, lasted=now - first_at, failures=count)
+
+
+def where(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``exc``'s traceback ('' without one)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""

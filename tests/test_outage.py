@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cronkeeper.outage import Notice, OutageReport, kind_of
+from cronkeeper.outage import Notice, OutageReport, Repeats, kind_of, where
 
 FULL = "too many clients"
 GONE = "terminating connection due to administrator command"
@@ -93,3 +93,36 @@ def test_down_follows_failures_and_successes():
 ])
 def test_kind_of_ignores_numbers_only(a, b, same):
     assert (kind_of(a) == kind_of(b)) is same
+
+
+def _raised(message: str, line: int = 0) -> BaseException:
+    """An exception raised at one of two lines (so that its ``where`` differs)."""
+    try:
+        if line == 0:
+            raise ValueError(message)
+        raise ValueError(message)
+    except ValueError as exc:
+        return exc
+
+
+def test_repeats_says_an_error_with_its_traceback_once_then_once_a_minute():
+    repeats = Repeats()
+    got = [(t, repeats.failed("step", _raised(f"job {t}"), t)) for t in (0.0, 1.0, 59.0, 60.0,
+                                                                        61.0, 121.0)]
+    assert [(t, n) for t, n in got if n is not None] == [
+        (0.0, Notice(first=True, lasted=0.0, failures=1)),
+        (60.0, Notice(first=False, lasted=60.0, failures=4)),
+        (121.0, Notice(first=False, lasted=121.0, failures=6)),
+    ]
+
+
+def test_repeats_tells_errors_apart_by_step_type_and_line_not_message():
+    repeats = Repeats()
+    assert repeats.failed("beat", _raised("a"), 0.0).first
+    assert repeats.failed("beat", _raised("b"), 1.0) is None  # the same error, another message
+    assert repeats.failed("depose", _raised("a"), 2.0).first  # another step
+    assert repeats.failed("beat", _raised("a", line=1), 3.0).first  # another line
+    assert repeats.failed("beat", KeyError("a"), 4.0).first  # another type (never raised)
+    assert where(_raised("a")) != where(_raised("a", line=1))
+    assert where(_raised("a")).startswith(__file__)
+    assert where(KeyError("a")) == ""

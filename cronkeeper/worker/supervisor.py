@@ -14,6 +14,7 @@ from cronkeeper import clock, metrics
 from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox_claims
 from cronkeeper.errors import DatabaseError
+from cronkeeper.outage import Repeats
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.runtime import Host
 
@@ -29,7 +30,7 @@ class Supervisor:
         self._unkept: set[int] = set()  # held jobs the last heartbeat could not extend
         self._lost_said: set[tuple[int, int]] = set()  # (job, attempt) whose lost lease was logged
         self.abandoned: list[threading.Thread] = []
-        self._said_until: dict[tuple[str, str, str], float] = {}  # unexpected errors logged
+        self._repeats = Repeats()  # the unexpected errors it survives, said once a minute
 
     def loop(self) -> None:
         cfg = self.worker.config
@@ -56,18 +57,12 @@ class Supervisor:
     def _unexpected(self, step: str, exc: Exception, now: float) -> None:
         """Log an error the supervisor survives: with its traceback the first time, then once a
         minute while the same error (its type and the line that raised it) repeats."""
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
-        key = (step, type(exc).__name__, where)
-        if now < self._said_until.get(key, 0.0):
-            return
-        first = key not in self._said_until
-        self._said_until[key] = now + 60.0
-        log.error("supervisor: %s failed: %s: %s (this is a bug in cronkeeper; going on, said "
-                  "once a minute while it repeats)", step, type(exc).__name__, exc,
-                  exc_info=exc if first else None, extra={"action": "internal_error"})
+        notice = self._repeats.failed(step, exc, now)
+        if notice is not None:
+            log.error("supervisor: %s failed: %s: %s (this is a bug in cronkeeper; going on, said "
+                      "once a minute while it repeats: %d times in %.0fs)", step,
+                      type(exc).__name__, exc, notice.failures, notice.lasted,
+                      exc_info=exc if notice.first else None, extra={"action": "internal_error"})
 
     def _heartbeat(self) -> None:
         worker = self.worker

@@ -97,3 +97,26 @@ def test_a_multi_host_url_connects_to_the_host_that_answers():
         engine.dispose()
     with lock_connect(url, "public", "multi-host-test") as conn:
         assert conn.execute("SELECT inet_server_port()").fetchone()[0] == pg.port
+
+
+@pytest.mark.parametrize("call", ["dlq_show", "schedule_delete"])
+def test_operations_that_open_their_own_connection_say_the_database_is_away(call):
+    """``dlq show`` (and the web's dead-letter page) and ``schedules delete`` opened their
+    connection outside ``translate_errors``: a database gone since the command started came out
+    as "internal error: OperationalError ... this is a bug", or a web page's 500."""
+    from cronkeeper.db.engine import make_engine
+    from cronkeeper.errors import DatabaseError
+    from cronkeeper.operations import dlq, schedules
+
+    engine = make_engine(normalize_url("postgresql://postgres@127.0.0.1:1/test"), "public",
+                         pool_size=1)
+    try:
+        with pytest.raises(DatabaseError, match="connection|connect") as raised:
+            if call == "dlq_show":
+                dlq.show_document(engine, {"id": 1})
+            else:
+                schedules.delete(engine, "public", "nightly")
+        assert ("dead letter's attempts" if call == "dlq_show" else
+                "deleting the runtime schedule") in str(raised.value)
+    finally:
+        engine.dispose()

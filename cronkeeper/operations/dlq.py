@@ -51,7 +51,7 @@ def list_document(rows: list[dict]) -> list[dict[str, Any]]:
 def show_document(engine: Engine, row: dict) -> dict[str, Any]:
     """``dlq show --format json``: one dead letter with every attempt (each with its output's
     size and last lines; ``last_error`` ends with the tail of the last attempt's output)."""
-    with engine.connect() as conn:
+    with translate_errors("reading the dead letter's attempts"), engine.connect() as conn:
         attempts = db_attempts.attempts_for_job(conn, row["id"])
     return {**_item(row), "payload": row["payload"], "owner": row["owner"],
             "max_attempts": row["max_attempts"], "scheduled_for": iso(row["scheduled_for"]),

@@ -87,7 +87,7 @@ def put_from_file(engine: Engine, schema: str, name: str, path: str) -> tuple[in
 def delete(engine: Engine, schema: str, name: str) -> bool:
     """Delete the runtime schedule ``name`` (False: there is none); a file schedule's name is
     refused (ScheduleError naming its file)."""
-    with engine.begin() as conn:
+    with translate_errors("deleting the runtime schedule"), engine.begin() as conn:
         return api.delete(conn, name, schema=schema)
 
 

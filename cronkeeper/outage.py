@@ -1,7 +1,7 @@
 """Saying that the database is away without flooding the log (SPEC §10: every process "says
 what is wrong (once a minute, not in a flood)"), and the errors a thread survives
-(``Repeats``). Pure: the caller passes the time (monotonic
-seconds) and logs what it is told to; no clock, no logging, no I/O here.
+(``Repeats``). Pure: the caller passes the time (monotonic seconds) and logs what it is told
+to; no clock, no logging, no I/O here.
 
 One ``OutageReport`` per thing that can find the database away (the daemon's session loop, a
 worker's or relay's database seam, the wait at start). A problem's kind is its message with the

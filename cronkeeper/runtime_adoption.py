@@ -113,7 +113,7 @@ class RuntimeAdopter:
                               extra={"action": "schedule_conflict", "schedule": head.name})
                 continue
             if head.deleted:
-                if state is not None:
+                if state is not None or head.name in self.in_force.unreadable:
                     changes.append(Change(head, "removed"))
                 continue
             kind = self._kind(head)
@@ -125,8 +125,8 @@ class RuntimeAdopter:
 
     def _kind(self, head: RuntimeHead) -> str | None:
         state = self.in_force.states.get(head.name)
-        if state is None:
-            return "new"
+        if state is None:  # (a version recorded but unreadable here is known: said, not planned)
+            return None if self.in_force.unreadable.get(head.name) == head.version_id else "new"
         if state.version_id == head.version_id:
             return None
         # a later incarnation than the version in force: deleted and put again
@@ -162,8 +162,10 @@ class RuntimeAdopter:
         with conn.transaction():
             now = self.term.confirm()
             at = min(horizon, now) if horizon is not None else now
-            gone = [(c.head.name, states[c.head.name].after + TICK) for c in changes
-                    if c.kind in ("removed", "recreated") and c.head.name in states]
+            unreadable = self.in_force.unreadable  # (never planned: removed from ``at``)
+            gone = [(c.head.name, states[c.head.name].after + TICK if c.head.name in states
+                     else None) for c in changes if c.kind in ("removed", "recreated")
+                    and (c.head.name in states or c.head.name in unreadable)]
             versions_insert(conn, [(name, "removed", None) for name, _ in gone], at,
                             self.term.number, origins=[RUNTIME_ORIGIN] * len(gone),
                             starts=[start for _, start in gone])
@@ -182,6 +184,7 @@ class RuntimeAdopter:
         name = c.head.name
         if c.kind == "removed":
             states.pop(name, None)
+            self.in_force.unreadable.pop(name, None)
             done[name] = "removed"
             return
         if recorded.get(name) != c.head.version_id:
@@ -191,9 +194,11 @@ class RuntimeAdopter:
             spec, trigger = read_stored_version(name, c.head.version_id, c.spec)
         except CronkeeperError as exc:  # recorded as put (it was validated); not planned
             states.pop(name, None)
+            self.in_force.unreadable[name] = c.head.version_id  # known from now on (``_kind``)
             log.error("%s; it is not planned", exc,
                       extra={"action": "version_unreadable", "schedule": name})
             return
+        self.in_force.unreadable.pop(name, None)
         after = at if old is None or c.kind == "recreated" else max(at, old.after)
         if c.kind == "recreated" and old is not None:
             after = max(at, old.after + 2 * TICK)

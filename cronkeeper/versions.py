@@ -72,13 +72,16 @@ class Family(NamedTuple):
 
 class VersionsInForce:
     """The schedules a term plans with, by name (``states``), and the stored versions it could
-    not read (``skipped``: schedule -> why)."""
+    not read (``unreadable``: schedule -> the version's id)."""
 
     def __init__(self, term: Term, resume_floor: timedelta = timedelta(days=400)) -> None:
         self.term = term
         self.resume_floor = resume_floor  # periods older than retention are never re-planned
         self.states: dict[str, ScheduleState] = {}
-        self.skipped: dict[str, str] = {}  # schedule -> why its stored version is unusable
+        # schedule -> the id of its version in force that cannot be read (a runtime spec checked
+        # against a newer tz database than this host's, a row edited by hand): recorded, not
+        # planned; ``runtime_adoption`` takes it as known, not as another leader's
+        self.unreadable: dict[str, int] = {}
         self._families: dict[Family, Family] = {}  # one tuple per distinct value
 
     def load(self) -> None:
@@ -90,7 +93,7 @@ class VersionsInForce:
         bound, which watches each page, not the whole. Only a leader writes versions, and no
         other leader can while this term holds the lock: the pages are one consistent set."""
         self.states = {}
-        self.skipped = {}
+        self.unreadable = {}
         conn = self.term.conn
         cursor = ""  # the last name read: the next page starts after it
         while True:
@@ -104,7 +107,7 @@ class VersionsInForce:
                 try:
                     spec, trigger = stored_spec(v)
                 except CronkeeperError as exc:  # one unreadable row must not stop the others
-                    self.skipped[v.schedule] = str(exc)
+                    self.unreadable[v.schedule] = v.id
                     log.error("%s; it is not planned until a leader records a readable version",
                               exc, extra={"action": "version_unreadable", "schedule": v.schedule})
                     continue

@@ -120,6 +120,20 @@ def test_not_json_and_not_a_mapping_are_problems_not_tracebacks(engine, schema):
         schedules.put(object(), "a", SPEC, schema=schema)
 
 
+def test_keys_that_are_not_strings_and_nul_characters_are_problems(engine, schema):
+    """A spec's key that is not a string raised TypeError from the did-you-mean; a NUL in a
+    string raised DatabaseError ("unsupported Unicode escape sequence"), aborting the caller's
+    transaction."""
+    with engine.begin() as conn, pytest.raises(ScheduleError) as err:
+        schedules.put_many(conn, {"a": {**SPEC, 1: "x"}, "b": {**SPEC, "owner": "o\x00"},
+                                  "c": {**SPEC, "payload": {"k": "a\x00b"}}}, schema=schema)
+    messages = {p["schedule"]: p["message"] for p in err.value.problems}
+    assert messages["a"] == "a key must be a string, not an integer (1)"
+    assert "NUL" in messages["b"] and "'owner'" in messages["b"]
+    assert "NUL" in messages["c"] and "'payload.k'" in messages["c"]
+    assert rows(engine) == []
+
+
 def test_delete_tombstones_and_a_new_put_revives_as_a_new_incarnation(engine, schema):
     with engine.begin() as conn:
         first = schedules.put(conn, "a", SPEC, schema=schema)

@@ -242,3 +242,18 @@ def test_a_deep_header_through_the_console_script(tmp_path):
     assert "internal error" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     assert f"{tmp_path / 'deep.toml'}:1: schedule 'x': 'a' nests tables" in proc.stdout
+
+
+def test_a_nul_character_postgresql_cannot_store_is_an_error_at_its_line(tmp_path):
+    """A string holding NUL ("\\u0000") passed validate, and the daemon then failed to record
+    its version every term ("unsupported Unicode escape sequence"), firing nothing."""
+    write(tmp_path, "a.toml", GOOD.replace('"team-a"', '"team\\u0000a"')
+          + 'description = "x\\u0000"\npayload = {k = ["ok", "a\\u0000b"]}\n\n'
+          + GOOD.replace("[job]", "[job2]") + 'payload = {"k\\u0000" = 1}\n')
+    result = run(str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    for where, line in (("'owner'", 6), ("'description'", 7), ("'payload.k[1]'", 8),
+                        ("'payload' key ", 16)):
+        assert any(where in out and f"a.toml:{line}:" in out and "NUL" in out
+                   for out in result.output.splitlines()), (where, result.output)

@@ -104,7 +104,9 @@ def check_table(
         err(problem)
 
     for key, value in table.items():
-        if key not in _KNOWN_KEYS:
+        if not isinstance(key, str):  # (a runtime spec's mapping: a file's keys are strings)
+            err(f"a key must be a string, not {v.type_name(key)} ({v.shown(key)})")
+        elif key not in _KNOWN_KEYS:
             if isinstance(value, dict) and any(k in _KNOWN_KEYS for k in value):
                 # [nightly.backup] is a table 'backup' inside 'nightly', not one schedule.
                 quoted = f"{name}.{key}"

@@ -104,7 +104,8 @@ def _check_schedule(
         if (
             v.name_problem(name) is not None
             or (task is not None and v.task_problem(task) is not None)
-            or (description is not None and type(description) is not str)
+            or (description is not None and (type(description) is not str
+                                             or "\x00" in description))
             or hashed is False
         ):
             spec, findings = check_table(name, table, now, file, line_of, spec_needed)[1:]  # errors

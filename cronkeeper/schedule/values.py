@@ -31,6 +31,11 @@ MAX_DURATION = 3660 * 86400.0
 MAX_DEPTH = 64
 
 
+# A string's NUL ("\u0000" in TOML or JSON): no text or jsonb value of PostgreSQL holds one, so
+# the leader could never record the version (SPEC §10: refused here, with where it is).
+NUL_PROBLEM = "contains a NUL character (\\u0000), which PostgreSQL cannot store"
+
+
 def type_name(value: Any) -> str:
     """The TOML name of a value's type, for messages."""
     if isinstance(value, bool):
@@ -154,9 +159,11 @@ def number(key: str, value: Any, *, low: float, high: float) -> float | str:
 
 
 def string(key: str, value: Any, *, empty_ok: bool = False) -> str | None:
-    """An error message when ``value`` is not a (non-empty) string."""
+    """An error message when ``value`` is not a (non-empty) string PostgreSQL can store."""
     if not isinstance(value, str):
         return f"'{key}' must be a string, not {type_name(value)}"
+    if "\x00" in value:
+        return f"'{key}' {NUL_PROBLEM}"
     if not empty_ok and not value.strip():
         return f"'{key}' must not be empty"
     return None
@@ -279,6 +286,10 @@ def _payload_json(value: dict[str, Any]) -> str | tuple[str, tuple[str, ...]]:
         except RecursionError:
             return "'payload' is nested too deeply", ()
         return problem or ("'payload' cannot be written as JSON", ())
+    if "\\u0000" in text:  # (or a backslash before "u0000": the walk tells them apart)
+        found = _nul_problem(value, ())
+        if found is not None:
+            return found
     size = len(text.encode("utf-8"))
     if size > MAX_PAYLOAD_BYTES:
         return (
@@ -287,6 +298,33 @@ def _payload_json(value: dict[str, Any]) -> str | tuple[str, tuple[str, ...]]:
             (),
         )
     return text
+
+
+def _nul_problem(value: Any, path: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
+    """The first key or string of a payload holding NUL, as ``_json_problem`` says one."""
+    if isinstance(value, dict | list):
+        items = ((str(k), item) for k, item in value.items()) if isinstance(value, dict) else (
+            (f"[{i}]", item) for i, item in enumerate(value))
+        for k, item in items:
+            where = _where((*path, k))
+            if isinstance(value, dict) and "\x00" in k:
+                return f"'{_where(path)}' key {shown(k)} {NUL_PROBLEM}", _keys((*path, k))
+            if isinstance(item, str) and "\x00" in item:
+                return f"'{where}' {NUL_PROBLEM}", _keys((*path, k))
+            found = _nul_problem(item, (*path, k))
+            if found is not None:
+                return found
+    return None
+
+
+def _where(path: tuple[str, ...]) -> str:
+    return "payload" + "".join(p if p.startswith("[") else f".{p}" for p in path)
+
+
+def _keys(path: tuple[str, ...]) -> tuple[str, ...]:
+    """The key path to point at: lines are known for keys, not for array elements."""
+    first_index = next((i for i, p in enumerate(path) if p.startswith("[")), len(path))
+    return path[:first_index]
 
 
 def _json_problem(value: Any, path: tuple[str, ...]) -> tuple[str, tuple[str, ...]] | None:
@@ -304,10 +342,8 @@ def _json_problem(value: Any, path: tuple[str, ...]) -> tuple[str, tuple[str, ..
         return None
     if isinstance(value, str | bool | int):
         return None
-    where = "payload" + "".join(p if p.startswith("[") else f".{p}" for p in path)
-    # The key path to point at: lines are known for keys, not for array elements.
-    first_index = next((i for i, p in enumerate(path) if p.startswith("[")), len(path))
-    keys = path[:first_index]
+    where = _where(path)
+    keys = _keys(path)
     if isinstance(value, float):
         if math.isfinite(value):
             return None

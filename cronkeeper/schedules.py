@@ -64,7 +64,7 @@ def sync(connection: Any, specs: Mapping[str, Mapping[str, Any]], *, prefix: str
     if outside:
         raise schedule_error([Diagnostic(RUNTIME, 0, n, f"the name does not start with the "
                                          f"prefix '{prefix}' being synced") for n in outside])
-    ids = _put(connection, specs, schema, "sync")
+    ids = _put(connection, specs, schema, "sync", prefix=prefix)
     db.runtime_delete(connection, schema, [], "sync: deleting runtime schedules", prefix=prefix,
                       keep=builtins.list(specs))
     return ids
@@ -98,7 +98,7 @@ def list(connection: Any, prefix: str | None = None, *,  # noqa: A001 - SPEC §1
 
 
 def _put(connection: Any, specs: Mapping[str, Mapping[str, Any]], schema: str,
-         what: str) -> dict[str, int]:
+         what: str, prefix: str | None = None) -> dict[str, int]:
     _mapping(what, specs)
     checked = check_specs(specs, now=clock.wall(), calendars=calendars_for(connection, specs,
                                                                               schema))
@@ -107,7 +107,8 @@ def _put(connection: Any, specs: Mapping[str, Mapping[str, Any]], schema: str,
     if held:
         raise schedule_error([_held(n, origin) for n, origin in sorted(held.items())])
     rows = [(c.spec.name, c.given, c.canonical, c.digest) for c in checked]
-    written = db.runtime_write(connection, schema, rows, f"{what}: writing runtime schedules")
+    written = db.runtime_write(connection, schema, rows, f"{what}: writing runtime schedules",
+                               prefix=prefix)  # (a sync: its deletes locked in the same order)
     return {name: written[name][0] for name in names}
 
 

@@ -81,18 +81,21 @@ CROSS JOIN woke
 
 
 def runtime_write(connection: Any, schema: str, rows: Sequence[tuple[str, str, str, str]],
-                  action: str) -> dict[str, tuple[int, bool]]:
+                  action: str, *, prefix: str | None = None) -> dict[str, tuple[int, bool]]:
     """Put ``rows`` (name, spec JSON, canonical JSON, digest) in one statement, in the
     caller's transaction; return {name: (version id, written)}: ``written`` False where the
     stored spec was already this one (nothing was written for it). The digests stored are
     looked at first, so the specs of unchanged rows are not even sent (a sync that changes
-    little costs an index look-up per name); the statement checks them again."""
-    if not rows:
-        return {}
-    stored = runtime_digests(connection, schema, [r[0] for r in rows], action)
+    little costs an index look-up per name); the statement checks them again. The rows to
+    change are locked first, in name order (``runtime_lock``; with ``prefix``, a sync's, the
+    rows it is about to delete too)."""
+    stored = runtime_digests(connection, schema, [r[0] for r in rows], action) if rows else {}
     same = {r[0]: (stored[r[0]][1], False) for r in rows
             if r[0] in stored and stored[r[0]][0] == r[3]}
     rows = [r for r in rows if r[0] not in same]
+    if rows or prefix is not None:
+        runtime_lock(connection, schema, [r[0] for r in rows], action, prefix=prefix,
+                     keep=[r[0] for r in rows] + list(same))
     if not rows:
         return same
     document = "[" + ",".join(
@@ -113,6 +116,29 @@ def runtime_write(connection: Any, schema: str, rows: Sequence[tuple[str, str, s
                        for name, version_id, written in found}}
 
 
+# Every application statement that changes rows locks them in name order first: two
+# transactions changing overlapping names (each in its own order, or as the plan visits them)
+# then wait for one another instead of meeting "deadlock detected". FOR NO KEY UPDATE, the
+# lock a put's UPDATE takes, never holds the leader's claim (FOR KEY SHARE) up; a delete's
+# UPDATE, which changes the key column deleted_at, strengthens it to FOR UPDATE (the fence).
+_LOCK = """
+SELECT name FROM {s}runtime_schedules
+WHERE name = ANY(%(names)s::text[])
+   OR (%(prefix)s::text IS NOT NULL AND deleted_at IS NULL
+       AND starts_with(name, %(prefix)s::text) AND NOT name = ANY(%(keep)s::text[]))
+ORDER BY name
+FOR NO KEY UPDATE
+"""
+
+
+def runtime_lock(connection: Any, schema: str, names: Sequence[str], action: str, *,
+                 prefix: str | None = None, keep: Sequence[str] = ()) -> None:
+    """Lock, in name order, the rows named and (``prefix``) the live ones whose name starts
+    with it and is not in ``keep``: what a put, and a sync's deletes, are about to change."""
+    caller_rows(connection, _LOCK.format(s=_in(schema)),
+                {"names": list(names), "prefix": prefix, "keep": list(keep)}, action)
+
+
 def runtime_digests(connection: Any, schema: str, names: Sequence[str], action: str
                     ) -> dict[str, tuple[str, int]]:
     """{name: (digest, version id)} of the live runtime schedules among ``names``."""
@@ -123,14 +149,20 @@ def runtime_digests(connection: Any, schema: str, names: Sequence[str], action: 
 
 
 _DELETE = """
-WITH gone AS (
-    UPDATE {s}runtime_schedules
-       SET deleted_at = now(), xid = pg_current_xact_id(), updated_at = now()
+WITH doomed AS MATERIALIZED (
+    SELECT name FROM {s}runtime_schedules
      WHERE deleted_at IS NULL
        AND (name = ANY(%(names)s::text[])
             OR (%(prefix)s::text IS NOT NULL AND starts_with(name, %(prefix)s::text)
                 AND NOT name = ANY(%(keep)s::text[])))
-    RETURNING name
+     ORDER BY name
+       FOR UPDATE
+), gone AS (
+    UPDATE {s}runtime_schedules r
+       SET deleted_at = now(), xid = pg_current_xact_id(), updated_at = now()
+      FROM doomed d
+     WHERE r.name = d.name AND r.deleted_at IS NULL
+    RETURNING r.name
 ), woke AS ({wake})
 SELECT name FROM gone CROSS JOIN woke
 """
@@ -139,7 +171,8 @@ SELECT name FROM gone CROSS JOIN woke
 def runtime_delete(connection: Any, schema: str, names: Sequence[str], action: str, *,
                    prefix: str | None = None, keep: Sequence[str] = ()) -> list[str]:
     """Delete (tombstone) the runtime schedules named, and with ``prefix`` every one whose name
-    starts with it but is not in ``keep``; return the names deleted (those that were live)."""
+    starts with it but is not in ``keep``; return the names deleted (those that were live).
+    The rows are locked in name order first (``doomed``: see ``_LOCK``)."""
     q = _in(schema)
     params = {"names": list(names), "prefix": prefix, "keep": list(keep),
               "channel": schedules_channel(schema)}

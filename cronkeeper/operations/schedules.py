@@ -18,6 +18,7 @@ from cronkeeper.db.schedule_versions import versions_all, versions_in_force
 from cronkeeper.errors import CronkeeperError, ScheduleError, UsageError
 from cronkeeper.schedule.lines import LineIndex
 from cronkeeper.schedule.model import ScheduleSpec, read_stored_version
+from cronkeeper.schedule.rules import KEYS
 from cronkeeper.schedule.runtime import check_specs
 from cronkeeper.versions import RUNTIME_ORIGIN
 
@@ -71,6 +72,15 @@ def put_from_file(engine: Engine, schema: str, name: str, path: str) -> tuple[in
     index = LineIndex(text)
     headed = len(doc) == 1 and name in doc and isinstance(doc[name], dict)
     table = doc[name] if headed else doc
+    tables = [k for k, v in doc.items() if isinstance(v, dict) and k not in KEYS]
+    if not headed and tables and len(tables) == len(doc):  # only headers, and not NAME's alone
+        if len(tables) == 1:
+            raise ScheduleError(f"{path}:{index.line(tables[0])}: the file's table is "
+                                f"[{tables[0]}], not [{name}]: name the header [{name}], or "
+                                "remove it")
+        raise ScheduleError(f"{path}: the file holds {len(tables)} tables ("
+                            + ", ".join(f"[{t}]" for t in tables)
+                            + "); `schedules put` takes one schedule's")
 
     def line_of(schedule: str) -> Callable[..., int]:
         return lambda *keys: index.line(schedule, *keys) if headed else index.line(*keys)

@@ -87,18 +87,15 @@ def test_schedules_put_names_a_header_that_is_not_the_schedules(database_url, sc
     "unknown key 'tenant-8' (a table) ... quote it: ["tenant-7.tenant-8"]" and four more
     problems it does not have; two tables, the same about each."""
     table = 'every = "10m"\ntimezone = "UTC"\nmisfire = "skip"\ntask = "t.report"\n'
-    other = tmp_path / "other.toml"
+    other, two = tmp_path / "other.toml", tmp_path / "two.toml"
     other.write_text(f"[tenant-8]\n{table}")
-    out = invoke(database_url, schema, "schedules", "put", "tenant-7", "--from", str(other))
-    assert out.exit_code == 1
-    assert out.output == (f"error: {other}:1: the file's table is [tenant-8], not [tenant-7]: "
-                          "name the header [tenant-7], or remove it\n")
-    two = tmp_path / "two.toml"
     two.write_text(f"[tenant-7]\n{table}\n[tenant-8]\n{table}")
-    out = invoke(database_url, schema, "schedules", "put", "tenant-7", "--from", str(two))
-    assert out.exit_code == 1
-    assert out.output == (f"error: {two}: the file holds 2 tables ([tenant-7], [tenant-8]); "
-                          "`schedules put` takes one schedule's\n")
+    for path, said in ((other, ":1: the file's table is [tenant-8], not [tenant-7]: name the "
+                                "header [tenant-7], or remove it"),
+                       (two, ": the file holds 2 tables ([tenant-7], [tenant-8]); `schedules "
+                             "put` takes one schedule's")):
+        out = invoke(database_url, schema, "schedules", "put", "tenant-7", "--from", str(path))
+        assert (out.exit_code, out.output) == (1, f"error: {path}{said}\n")
     assert raw.execute("SELECT count(*) FROM runtime_schedules").fetchone()[0] == 0
 
 

@@ -99,8 +99,9 @@ def headline(m: Message) -> str:
 
 
 def title(m: Message) -> str:
-    """The e-mail subject (and Apprise title): the event and the schedule."""
-    return f"[cronkeeper] {m.event}: {m.subject}"
+    """The e-mail subject (and Apprise title): the event and the schedule, on one line (a task
+    name is any string an application gave, and a header may hold no line break)."""
+    return " ".join(f"[cronkeeper] {m.event}: {m.subject}".split())
 
 
 def text(m: Message) -> str:

@@ -36,7 +36,7 @@ from cronkeeper.db.engine import Engine
 from cronkeeper.db.wake import notes_channel
 from cronkeeper.errors import DatabaseError
 from cronkeeper.notify.messages import Message, links
-from cronkeeper.notify.model import NotifyConfig
+from cronkeeper.notify.model import NotifyConfig, Sink
 from cronkeeper.notify.sinks import SendError, send
 from cronkeeper.operations.output import last_output_tail
 from cronkeeper.output import split_tail
@@ -136,7 +136,7 @@ class Sender:
         for sink in sinks:
             assert message is not None
             try:
-                send(sink, message, self.environ)
+                _send(sink, message, self.environ)
             except SendError as exc:
                 if not exc.permanent:
                     errors.append((sink.name, exc))
@@ -232,3 +232,14 @@ class Sender:
         log.error("notification failed: id=%d event=%s schedule=%s task=%s tries=%d sinks=%s: %s",
                   note.id, note.event, note.schedule, note.task, note.tries, ",".join(sinks), why,
                   extra={"action": "notification_failed", "schedule": note.schedule})
+
+
+def _send(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
+    """``send``, with anything else a sink raises (a library's bug, an answer no one foresaw)
+    turned into a failure worth retrying: one sink never keeps the others from the message."""
+    try:
+        send(sink, message, environ)
+    except SendError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a sink's bug must not end the sender
+        raise SendError(f"{type(exc).__name__}: {exc}") from None

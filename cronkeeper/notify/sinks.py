@@ -14,6 +14,7 @@ imported when an ``apprise`` sink sends.
 
 from __future__ import annotations
 
+import http.client
 import inspect
 import json
 import smtplib
@@ -91,6 +92,9 @@ def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise SendError(f"{_where(url)}: {reason}") from None
+    except http.client.HTTPException as exc:  # not HTTP (a wrong port), or an answer cut short
+        raise SendError(f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
+                        f"{str(exc)[:200]}") from None
 
 
 def get(url: str, timeout: float, headers: dict[str, str] | None = None) -> None:
@@ -104,6 +108,9 @@ def get(url: str, timeout: float, headers: dict[str, str] | None = None) -> None
         raise SendError(f"HTTP {exc.code} from {_where(url)}{_answer(exc)}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise SendError(f"{_where(url)}: {getattr(exc, 'reason', exc)}") from None
+    except http.client.HTTPException as exc:
+        raise SendError(f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
+                        f"{str(exc)[:200]}") from None
 
 
 def _where(url: str) -> str:

@@ -1,0 +1,158 @@
+"""A sink that misbehaves never silences the others (docs/notifications.md, "Sending"): a webhook
+whose port answers something that is not HTTP (an SSH server, a mail server behind a wrong
+port), and an e-mail whose subject would hold a line break (a task name is any string an
+application gave), are failures of that sink, retried, logged and counted, while every other
+sink is told; the sender thread of the worker lives on. Real workers, a real PostgreSQL, real
+receivers on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import psycopg
+from daemon_harness import set_path, shared_postgres, spawn_json_worker, wait_for
+from notify_receivers import HttpReceiver, SmtpReceiver
+from test_notify_delivery import (  # noqa: F401 - senders: the fixture
+    RETRY_FAST,
+    config,
+    dead_letter,
+    note_rows,
+    senders,
+)
+
+import cronkeeper
+from cronkeeper.notify.heartbeat import Pinger
+
+
+class NotHttp:
+    """A TCP service that is not HTTP: it greets as an SSH server does, then closes."""
+
+    def __init__(self, greeting: bytes = b"SSH-2.0-OpenSSH_9.6\r\n") -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.greeting = greeting
+        self.accepted = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.sendall(self.greeting)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def two_sinks_toml(path: Path, wrong: str, good: str) -> Path:
+    path.write_text(f"""max_attempts = 10
+retry_for = "30s"
+backoff = {{ base = "0.1s", factor = 2, max = "0.5s" }}
+
+[sinks.wrong-port]
+kind = "webhook"
+url = "{wrong}/hook"
+timeout = "2s"
+
+[sinks.good]
+kind = "webhook"
+url = "{good}/hook"
+timeout = "2s"
+
+[[rules]]
+sink = "wrong-port"
+
+[[rules]]
+sink = "good"
+""")
+    return path
+
+
+def test_a_webhook_port_that_does_not_speak_http_silences_no_other_sink(tmp_path):
+    pg = shared_postgres()
+    schema = pg.new_schema()
+    db = set_path(pg.connect(), schema)
+    wrong, good = NotHttp(), HttpReceiver()
+    notify = two_sinks_toml(tmp_path / "notify.toml", wrong.url, good.url)
+    log = tmp_path / "w1.log"
+    worker = spawn_json_worker(pg.url, schema, "wrong-port", "w1", log,
+                               "--notify-config", str(notify))
+    try:
+        with psycopg.connect(pg.url) as app:
+            app.execute(f'SET search_path TO "{schema}"')
+            cronkeeper.enqueue(app, "permanent", {}, key="first", schema=schema)
+        wait_for(lambda: good.posts("/hook"), 30, "the good sink told", alive=worker)
+        wait_for(lambda: wrong.accepted >= 2, 30, "the wrong port tried again", alive=worker)
+        [(state, error)] = db.execute("SELECT state, last_error FROM notifications").fetchall()
+        assert state in ("pending", "sending")
+        assert "not an HTTP answer" in (error or "") and "BadStatusLine" in (error or "")
+
+        # The sender lives on: the next event is told too.
+        with psycopg.connect(pg.url) as app:
+            app.execute(f'SET search_path TO "{schema}"')
+            cronkeeper.enqueue(app, "always_fails", {}, key="second", schema=schema,
+                               max_attempts=1)
+        wait_for(lambda: any(r.json()["key"] == "second" for r in good.posts("/hook")), 30,
+                 "the second notification", alive=worker)
+        assert [r.json()["key"] for r in good.posts("/hook")].count("first") == 1
+        assert "Traceback" not in log.read_text()
+    finally:
+        worker.kill()
+        worker.wait(10)
+        wrong.close()
+        good.close()
+        db.close()
+
+
+def test_an_email_subject_from_a_task_name_with_a_line_break_is_sent_on_one_line(
+        engine, tmp_path, senders):  # noqa: F811 - the fixture
+    smtp = SmtpReceiver()
+    try:
+        cfg = config(tmp_path, f"""{RETRY_FAST}
+[sinks.mail]
+kind = "email"
+smtp = "{smtp.url()}"
+from = "cronkeeper@example.com"
+to = ["ops@example.com"]
+
+[[rules]]
+sink = "mail"
+""")
+        dead_letter(engine, schedule=None, task="billing.send\r\nBcc: someone@example.net")
+        sender = senders(cfg)
+        wait_for(lambda: note_rows(engine)[0]["state"] == "sent", 15, "the mail")
+        assert sender.thread.is_alive()
+        [mail] = smtp.received
+        assert mail.recipients == ["ops@example.com"]
+        assert mail.message["Subject"] == ("[cronkeeper] dead: task billing.send Bcc: "
+                                           "someone@example.net")
+        assert mail.message["Bcc"] is None
+    finally:
+        smtp.close()
+
+
+def test_a_heartbeat_url_that_does_not_speak_http_fails_a_ping_not_the_pinger():
+    wrong = NotHttp()
+    pinger = Pinger(wrong.url + "/ping", 0.05, timeout=2)
+    pinger.start()
+    try:
+        pinger.beat()
+        wait_for(lambda: wrong.accepted >= 1, 10, "the first ping")
+        wait_for(lambda: (pinger.beat(), wrong.accepted >= 3)[1] or not pinger.thread.is_alive(),
+                 10, "more pings")
+        assert pinger.thread.is_alive() and wrong.accepted >= 3
+    finally:
+        pinger.stop()
+        wrong.close()

@@ -156,3 +156,48 @@ def test_a_heartbeat_url_that_does_not_speak_http_fails_a_ping_not_the_pinger():
     finally:
         pinger.stop()
         wrong.close()
+
+
+def test_sinks_timing_out_one_after_another_keep_the_lease_so_the_good_one_is_told_once(
+        tmp_path):
+    """Eight sinks that hold the request past their 2 s timeout, then a good one: a try takes
+    over 16 s, longer than the lease (2 x 2 s + 5 s) and the other sender's next look. Each sink's answer renews the lease, so
+    the other worker's sender never takes the notification over mid-try and sends it again."""
+    pg = shared_postgres()
+    schema = pg.new_schema()
+    db = set_path(pg.connect(), schema)
+    down = [HttpReceiver() for _ in range(8)]
+    for receiver in down:
+        receiver.hold.set()
+    good = HttpReceiver()
+    text = 'max_attempts = 10\nretry_for = "10m"\nbackoff = { base = "60s", factor = 2, max = "5m" }\n'
+    for n, receiver in enumerate(down):
+        text += f'[sinks.down{n}]\nkind = "webhook"\nurl = "{receiver.url}/down"\ntimeout = "2s"\n'
+    text += f'[sinks.good]\nkind = "webhook"\nurl = "{good.url}/good"\ntimeout = "2s"\n'
+    text += "".join(f'[[rules]]\nsink = "down{n}"\n' for n in range(8))
+    text += '[[rules]]\nsink = "good"\n'
+    (notify := tmp_path / "notify.toml").write_text(text)
+    workers = [spawn_json_worker(pg.url, schema, "slow-sinks", f"w{n}", tmp_path / f"w{n}.log",
+                                 "--notify-config", str(notify)) for n in (1, 2)]
+    try:
+        with psycopg.connect(pg.url) as app:
+            app.execute(f'SET search_path TO "{schema}"')
+            cronkeeper.enqueue(app, "permanent", {}, key="first", schema=schema)
+
+        def told() -> list[str]:
+            row = db.execute("SELECT sent_to FROM notifications").fetchone()
+            return (row[0] or []) if row else []
+
+        wait_for(lambda: "good" in told() or len(good.posts("/good")) >= 2, 60,
+                 "the good sink told and recorded", alive=workers[0])
+        wait_for(lambda: "good" in told() or len(good.posts("/good")) >= 2, 20,
+                 "the good sink recorded")
+        assert told() == ["good"]
+        assert len(good.posts("/good")) == 1
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait(10)
+        for receiver in [*down, good]:
+            receiver.close()
+        db.close()

@@ -12,7 +12,7 @@ Two halves:
   audit's (``notifications_note_missing``).
 - *Sending*, afterwards: a sender claims one due notification (``FOR UPDATE SKIP LOCKED``, a
   lease), records each sink as it answers (``notifications_delivered``, which also renews the
-  lease), and settles it (``notifications_settle``: sent, failed, or back to pending after a
+  lease; ``notifications_renew`` after a sink that may take it on a later try), and settles it (``notifications_settle``: sent, failed, or back to pending after a
   backoff); ``notifications_reap_expired`` hands back the ones whose sender stopped.
 
 Row locks on ``notification_subjects`` are always taken in (kind, name) order (an ``INSERT ...
@@ -281,6 +281,21 @@ def notifications_delivered(conn: sa.Connection, *, note_id: int, tries: int, se
     params = {"id": note_id, "tries": tries, "sender": sender, "sink": sink, "ok": ok,
               "lease": lease}
     return driver(conn).execute(_DELIVERED, params).fetchone() is not None
+
+
+_RENEW = """
+UPDATE notifications SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = %(id)s AND tries = %(tries)s AND state = 'sending' AND leased_by = %(sender)s
+RETURNING id
+"""
+
+
+def notifications_renew(conn: sa.Connection, *, note_id: int, tries: int, sender: str,
+                        lease: float) -> bool:
+    """Renew the lease for the next sink after one that failed but may take it on a later try
+    (fenced: False when the lease was lost meanwhile)."""
+    params = {"id": note_id, "tries": tries, "sender": sender, "lease": lease}
+    return driver(conn).execute(_RENEW, params).fetchone() is not None
 
 
 _SETTLE = """

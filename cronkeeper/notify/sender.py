@@ -8,7 +8,9 @@ refused for good, and the lease is renewed). Then settle: ``sent`` when every si
 ``failed`` when one refused for good or the tries are spent (at least ``max_attempts`` tries and
 ``retry_for`` since it was written), else ``pending`` again after a backoff with full jitter
 (``cronkeeper.backoff.retry_delay``). So a sender killed mid-send loses nothing (the lease runs
-out, another sender claims it) and repeats at most the one sink it was sending to.
+out, another sender claims it) and repeats at most the one sink it was sending to. A sink that
+fails but may take it later renews the lease too, so several that time out in a row never let it
+run out while this sender still works on the notification.
 
 A notification that cannot be sent is logged (``notification_failed``) and counted
 (``cronkeeper_notifications_failed_total{sink}``); nothing notifies about it in turn.
@@ -140,6 +142,8 @@ class Sender:
             except SendError as exc:
                 if not exc.permanent:
                     errors.append((sink.name, exc))
+                    if not self._record(note, sink.name, ok=None):
+                        return True
                     continue
                 refusals.append(f"{sink.name}: {exc}")
                 metrics.current().notification_failed(sink.name)
@@ -196,14 +200,21 @@ class Sender:
             window_until=note.window_until, at=note.created_at, explain_url=explain,
             schedule_url=page)
 
-    def _record(self, note: notifications.Note, sink: str, *, ok: bool) -> bool:
-        """Record one sink's answer at once; False when the lease was lost meanwhile (another
-        sender has the notification: it will not send to this sink again)."""
+    def _record(self, note: notifications.Note, sink: str, *, ok: bool | None) -> bool:
+        """Record one sink's answer at once, renewing the lease for the next sink (``ok``
+        None: it failed but may take it on a later try: only the lease is renewed, so sinks
+        that time out one after another never outlast it); False when the lease was lost
+        meanwhile (another sender has the notification: it will not send to this sink again)."""
         try:
             with self.db.statement("recording a notification") as conn:
-                held = notifications.notifications_delivered(conn, note_id=note.id, tries=note.tries,
-                                                  sender=self.sender_id, sink=sink, ok=ok,
-                                                  lease=self.config.lease)
+                if ok is None:
+                    held = notifications.notifications_renew(
+                        conn, note_id=note.id, tries=note.tries, sender=self.sender_id,
+                        lease=self.config.lease)
+                else:
+                    held = notifications.notifications_delivered(
+                        conn, note_id=note.id, tries=note.tries, sender=self.sender_id,
+                        sink=sink, ok=ok, lease=self.config.lease)
         except DatabaseError:
             return False  # the lease runs out; another sender sends to this sink again
         if not held:

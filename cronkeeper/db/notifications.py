@@ -12,8 +12,9 @@ Two halves:
   audit's (``notifications_note_missing``).
 - *Sending*, afterwards: a sender claims one due notification (``FOR UPDATE SKIP LOCKED``, a
   lease), records each sink as it answers (``notifications_delivered``, which also renews the
-  lease; ``notifications_renew`` after a sink that may take it on a later try), and settles it (``notifications_settle``: sent, failed, or back to pending after a
-  backoff); ``notifications_reap_expired`` hands back the ones whose sender stopped.
+  lease; ``notifications_renew`` after a sink that may take it on a later try), and settles it
+  (``notifications_settle``: sent, failed, or back to pending after a backoff);
+  ``notifications_reap_expired`` hands back the ones whose sender stopped.
 
 Row locks on ``notification_subjects`` are always taken in (kind, name) order (an ``INSERT ...
 SELECT ... ORDER BY``, a ``SELECT ... ORDER BY ... FOR UPDATE``), so two workers ending jobs of

@@ -3,7 +3,7 @@ whose port answers something that is not HTTP (an SSH server, a mail server behi
 port), and an e-mail whose subject would hold a line break (a task name is any string an
 application gave), are failures of that sink, retried, logged and counted, while every other
 sink is told; the sender thread of the worker lives on. Real workers, a real PostgreSQL, real
-receivers on loopback."""
+receivers on loopback. And a bug of the sender's own is said once, not the end of it."""
 
 from __future__ import annotations
 
@@ -201,3 +201,47 @@ def test_sinks_timing_out_one_after_another_keep_the_lease_so_the_good_one_is_to
         for receiver in [*down, good]:
             receiver.close()
         db.close()
+
+
+def test_a_bug_while_sending_is_said_once_and_the_sender_lives_on(engine, tmp_path, senders,
+                                                                  monkeypatch, caplog):
+    """Anything the sender's loop did not foresee (here: building the message raises, as the
+    line break in a subject once did) ended the thread: nothing more was sent by that process,
+    and only stderr saw a traceback. Now it is said at ERROR with its traceback once, the
+    notification it was on comes back when its lease runs out, and is delivered."""
+    from cronkeeper.notify.sender import Sender
+
+    receiver = HttpReceiver()
+    cfg = config(tmp_path, f"""{RETRY_FAST}
+[sinks.pager]
+kind = "webhook"
+url = "{receiver.url}/hooks/cron"
+timeout = "1s"
+
+[[rules]]
+sink = "pager"
+""")
+    real = Sender._message
+    calls: list[int] = []
+
+    def broken_once(self, note):  # noqa: ANN001, ANN202
+        calls.append(note.id)
+        if len(calls) == 1:
+            raise RuntimeError("a bug while building the message")
+        return real(self, note)
+
+    monkeypatch.setattr(Sender, "_message", broken_once)
+    caplog.set_level("ERROR", logger="cronkeeper.notify")
+    try:
+        dead_letter(engine)
+        sender = senders(cfg)
+        wait_for(lambda: receiver.posts("/hooks/cron"), cfg.lease + 15,
+                 "the notification, once its lease ran out")
+        assert sender.thread.is_alive()
+        assert len(calls) == 2
+        bugs = [r for r in caplog.records if getattr(r, "action", None) == "internal_error"]
+        assert len(bugs) == 1 and bugs[0].exc_info is not None
+        assert "a bug while building the message" in bugs[0].getMessage()
+        wait_for(lambda: note_rows(engine)[0]["state"] == "sent", 10, "settled as sent")
+    finally:
+        receiver.close()

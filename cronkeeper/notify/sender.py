@@ -41,6 +41,7 @@ from cronkeeper.notify.messages import Message, links
 from cronkeeper.notify.model import NotifyConfig, Sink
 from cronkeeper.notify.sinks import SendError, send
 from cronkeeper.operations.output import last_output_tail
+from cronkeeper.outage import Repeats
 from cronkeeper.output import split_tail
 from cronkeeper.worker.wakeups import Wakeups
 
@@ -65,6 +66,7 @@ class Sender:
                                channel=notes_channel(schema))
         self.thread = threading.Thread(target=self.run, name="notify-sender", daemon=True)
         self.stats = {"sent": 0, "failed": 0, "retried": 0}
+        self._repeats = Repeats()  # the errors it survives (a bug), said once a minute
 
     def start(self) -> None:
         self.wakeups.start()
@@ -111,6 +113,17 @@ class Sender:
                 if due is not None:
                     wait = min(wait, max(0.0, due) + 0.01)
             except DatabaseError:
+                wait = backoff.next()
+            except Exception as exc:  # noqa: BLE001 - a bug must not end the sender unseen
+                # The notification it was on (if any) keeps its lease until it runs out, then
+                # comes back with one try more; one failing every time ends as failed.
+                notice = self._repeats.failed("sending notifications", exc, clock.monotonic())
+                if notice is not None:
+                    log.error("notification sender: %s: %s (this is a bug in cronkeeper; going "
+                              "on, said once a minute while it repeats: %d times in %.0fs)",
+                              type(exc).__name__, exc, notice.failures, notice.lasted,
+                              exc_info=exc if notice.first else None,
+                              extra={"action": "internal_error"})
                 wait = backoff.next()
             self._wake.wait(wait)
             self._wake.clear()

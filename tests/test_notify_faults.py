@@ -203,8 +203,8 @@ def test_sinks_timing_out_one_after_another_keep_the_lease_so_the_good_one_is_to
         db.close()
 
 
-def test_a_bug_while_sending_is_said_once_and_the_sender_lives_on(engine, tmp_path, senders,
-                                                                  monkeypatch, caplog):
+def test_a_bug_while_sending_is_said_once_and_the_sender_lives_on(
+        engine, tmp_path, senders, monkeypatch, caplog):  # noqa: F811 - the fixture
     """Anything the sender's loop did not foresee (here: building the message raises, as the
     line break in a subject once did) ended the thread: nothing more was sent by that process,
     and only stderr saw a traceback. Now it is said at ERROR with its traceback once, the

@@ -115,15 +115,7 @@ class Sender:
             except DatabaseError:
                 wait = backoff.next()
             except Exception as exc:  # noqa: BLE001 - a bug must not end the sender unseen
-                # The notification it was on (if any) keeps its lease until it runs out, then
-                # comes back with one try more; one failing every time ends as failed.
-                notice = self._repeats.failed("sending notifications", exc, clock.monotonic())
-                if notice is not None:
-                    log.error("notification sender: %s: %s (this is a bug in cronkeeper; going "
-                              "on, said once a minute while it repeats: %d times in %.0fs)",
-                              type(exc).__name__, exc, notice.failures, notice.lasted,
-                              exc_info=exc if notice.first else None,
-                              extra={"action": "internal_error"})
+                _say_bug(self._repeats, exc)
                 wait = backoff.next()
             self._wake.wait(wait)
             self._wake.clear()
@@ -267,3 +259,15 @@ def _send(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - a sink's bug must not end the sender
         raise SendError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _say_bug(repeats: Repeats, exc: Exception) -> None:
+    """An error of the sender's loop outside any sink (a bug): said with its traceback once,
+    then once a minute while it repeats. The notification it was on (if any) keeps its lease
+    until it runs out, then comes back with one try more: one failing every time ends failed."""
+    notice = repeats.failed("sending notifications", exc, clock.monotonic())
+    if notice is not None:
+        log.error("notification sender: %s: %s (this is a bug in cronkeeper; going on, said once "
+                  "a minute while it repeats: %d times in %.0fs)", type(exc).__name__, exc,
+                  notice.failures, notice.lasted, exc_info=exc if notice.first else None,
+                  extra={"action": "internal_error"})

@@ -283,12 +283,15 @@ class Housekeeping:
     for ``stall_timeout`` ends its own lock session. (The node records its instance stopped on
     the way out.)"""
 
+    GRACE = 5.0  # seconds a step fails in a row before it is said
+
     def __init__(self, node: Node) -> None:
         self.node = node
         self.skew_seconds: float | None = None
         # Per step, its database errors (while the session answers): a standby whose heartbeat
         # is refused still deposes, and one step's success does not end another's outage.
         self._outages: dict[str, OutageReport] = {}
+        self._failing_since: dict[str, float] = {}  # step -> its first failure in a row
         self._repeats = Repeats()  # its other errors (a bug), said once a minute
 
     def run(self) -> None:
@@ -326,25 +329,31 @@ class Housekeeping:
                           exc_info=exc if notice.first else None,
                           extra={"action": "internal_error"})
             return False
+        since = self._failing_since.pop(step, None)
         outage = self._outages.get(step)
         notice = outage.recovered(clock.monotonic()) if outage is not None else None
-        if notice is not None:
-            log.warning("housekeeping recovered: after=%.1fs failures=%d while=%s", notice.lasted,
-                        notice.failures, step, extra={"action": "housekeeping_recovered"})
+        if notice is not None and since is not None:
+            log.warning("housekeeping recovered: after=%.1fs while=%s", clock.monotonic() - since,
+                        step, extra={"action": "housekeeping_recovered"})
         return True
 
     def _database_failed(self, step: str, exc: BaseException) -> None:
-        if self.node.database_away:  # the session says it (db_unavailable, leader_lost)
+        """Said once the step has failed for ``GRACE`` seconds in a row (a pass or two lost to a
+        moment's blip harm nothing: each step is tried again every second), and not while the
+        session says the database is away (``db_unavailable``, ``leader_lost``)."""
+        now = clock.monotonic()
+        since = self._failing_since.setdefault(step, now)
+        if self.node.database_away or now - since < self.GRACE:
             return
         outage = self._outages.setdefault(step, OutageReport())
-        notice = outage.failed(clock.monotonic(), kind_of(describe(exc)))
+        notice = outage.failed(now, kind_of(describe(exc)))
         if notice is not None and notice.first:
-            log.warning("housekeeping failed: while=%s error=%s (said again each minute while it "
-                        "lasts)", step, describe(exc),
+            log.warning("housekeeping failed: for=%.0fs while=%s error=%s (said again each minute "
+                        "while it lasts)", now - since, step, describe(exc),
                         extra={"action": "housekeeping_failed"})
         elif notice is not None:
-            log.warning("housekeeping still failing: for=%.0fs failures=%d while=%s error=%s",
-                        notice.lasted, notice.failures, step, describe(exc),
+            log.warning("housekeeping still failing: for=%.0fs while=%s error=%s", now - since,
+                        step, describe(exc),
                         extra={"action": "housekeeping_failed"})
 
     def _instance_heartbeat(self) -> None:

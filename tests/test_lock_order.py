@@ -1,8 +1,11 @@
-"""The heartbeat's lease extension and the recorder's endings lock the jobs they touch in one
-order, ascending id, whatever order their callers give: two statements over the same jobs can
-then wait for each other but never deadlock. (Workers met "deadlock detected" between a
-heartbeat and an ending locking the same outbox rows in different orders: retried, nothing
-lost, but each one a round trip and a log line.)"""
+"""The heartbeat's lease extension and the recorder's endings over the same jobs never deadlock.
+The endings are given their jobs in ascending id order, which an outbox of any size walks by
+primary key; and the heartbeat never waits for a job another transaction holds (SKIP LOCKED),
+so it takes part in no lock cycle even where the ending's plan locks rows in physical order (a
+small or fresh outbox, scanned whole). (Workers met "deadlock detected" between a heartbeat and
+an ending, said as "database unavailable": retried, nothing lost, but each one a round trip and
+a line that sends an operator to look at a healthy database; seen again in a fresh schema in
+benchmarks/output_capture.py after the ids were sorted.)"""
 
 from __future__ import annotations
 
@@ -61,15 +64,11 @@ def locks_lower_first(engine, database_url, schema, run) -> bool:
     return locked
 
 
-@pytest.mark.parametrize("statement", ["lease_extend", "fail", "complete"])
-def test_heartbeat_and_endings_lock_jobs_in_ascending_id_order(engine, database_url, schema,
-                                                                statement):
+@pytest.mark.parametrize("statement", ["fail", "complete"])
+def test_endings_lock_jobs_in_ascending_id_order(engine, database_url, schema, statement):
     def run(first, second):
         with engine.begin() as conn:
-            if statement == "lease_extend":
-                claims.outbox_lease_extend(conn, worker_id="w1", ids=[first.id, second.id],
-                                           attempts=[first.attempt, second.attempt], margin=30)
-            elif statement == "fail":
+            if statement == "fail":
                 endings.outbox_fail(conn, worker_id="w1", failures=[
                     endings.Failure(j.id, j.attempt, "dead", 0.0, "boom", "dead")
                     for j in (first, second)])
@@ -78,3 +77,39 @@ def test_heartbeat_and_endings_lock_jobs_in_ascending_id_order(engine, database_
                                         attempts=[first.attempt, second.attempt])
 
     assert locks_lower_first(engine, database_url, schema, run)
+
+
+def test_the_heartbeat_never_waits_for_a_job_an_ending_holds_so_no_cycle_forms(
+        engine, database_url, schema):
+    """An ending that locks the higher job first (as a plan in physical order does), the
+    heartbeat over both, then the ending reaching for the lower one: before, the heartbeat held
+    the lower job waiting for the higher, and one of the two met "deadlock detected". Now the
+    heartbeat extends the lower job only, at once, and the ending goes on."""
+    low, high = _held_jobs(engine)
+    url = libpq_url(database_url)
+    with psycopg.connect(url) as ending:
+        ending.execute(f'SET search_path TO "{schema}"')
+        ending.execute("SET lock_timeout = '20s'")
+        endings.outbox_complete(ending, worker_id="w1", ids=[high.id], attempts=[high.attempt])
+        extended: list[list[int]] = []
+        failures: list[BaseException] = []
+
+        def heartbeat() -> None:
+            try:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql("SET LOCAL lock_timeout = '20s'")
+                    extended.append(claims.outbox_lease_extend(
+                        conn, worker_id="w1", ids=[low.id, high.id],
+                        attempts=[low.attempt, high.attempt], margin=30))
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                failures.append(exc)
+
+        thread = threading.Thread(target=heartbeat)
+        thread.start()
+        thread.join(20)
+        assert not thread.is_alive(), "the heartbeat waited for the job the ending holds"
+        assert failures == [] and extended == [[low.id]]
+        done = endings.outbox_complete(ending, worker_id="w1", ids=[low.id],
+                                       attempts=[low.attempt])
+        ending.commit()
+    assert done == [low.id]

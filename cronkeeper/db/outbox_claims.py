@@ -231,12 +231,21 @@ def outbox_claim_serial(
     return _jobs(rows)[0] if rows else None
 
 
+# SKIP LOCKED: a job another transaction holds (the recorder ending it, a handler's own
+# commit) is not waited for, so a heartbeat can take part in no lock cycle whatever order the
+# other statement's plan locks its rows in; FOR NO KEY UPDATE, the lock the UPDATE takes.
 _LEASE_EXTEND = """
+WITH mine AS (
+    SELECT o.id FROM outbox o
+    JOIN unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
+      ON o.id = h.id AND o.attempts = h.attempt
+    WHERE (o.state = 'running') IS TRUE AND o.leased_by = %(worker)s
+    ORDER BY o.id
+    FOR NO KEY UPDATE OF o SKIP LOCKED
+)
 UPDATE outbox
 SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => %(margin)s))
-FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS h(id, attempt)
-WHERE outbox.id = h.id AND outbox.attempts = h.attempt AND (outbox.state = 'running') IS TRUE
-  AND outbox.leased_by = %(worker)s
+FROM mine WHERE outbox.id = mine.id
 RETURNING outbox.id
 """
 
@@ -246,12 +255,12 @@ def outbox_lease_extend(
 ) -> list[int]:
     """Heartbeat: keep the leases of running jobs at least ``margin`` seconds ahead.
 
-    Returns the ids still held; a missing id means the lease was lost (another worker may run it).
-    The jobs are locked in ascending id order, as the endings lock them (``db/outbox_endings.py``):
-    a heartbeat and a recorder over the same jobs never deadlock.
+    Returns the ids extended; a missing id means the lease was lost (another worker may run
+    it), or another transaction held the job at that instant (the recorder ending it): the
+    heartbeat does not wait for it (``SKIP LOCKED``), so it never deadlocks with an ending
+    whatever order the ending's plan locks rows in (physical order on a table scan: a small or
+    fresh outbox). A caller takes one miss as no proof of a lost lease (``worker.supervisor``).
     """
-    if any(a > b for a, b in zip(ids, ids[1:], strict=False)):
-        ids, attempts = map(list, zip(*sorted(zip(ids, attempts, strict=True)), strict=True))
     params = {"ids": ids, "attempts": attempts, "worker": worker_id, "margin": margin}
     return [r[0] for r in driver(conn).execute(_LEASE_EXTEND, params, binary=True).fetchall()]
 

@@ -8,9 +8,11 @@ Every one of them is *fenced*: it matches ``state = 'running'``, ``leased_by`` a
 another took can no longer complete, fail or release it. The batched fences spell the state check
 ``(state = 'running') IS TRUE``, for the reason ``db/outbox_claims.py`` gives.
 
-Each batched statement takes its rows in ascending id order (the callers' arrays are sorted
-here: the plan walks them in order, by primary key), as the heartbeat's lease extension does, so
-two statements over the same jobs lock them in one order and cannot deadlock.
+Each batched statement is given its rows in ascending id order (the callers' arrays are sorted
+here: on an outbox of any size the plan walks them in order, by primary key). A small or fresh
+outbox is scanned whole, in physical order, so that order is not a promise; what keeps an ending
+out of a deadlock with the heartbeat over the same jobs is that the heartbeat never waits for a
+job another transaction holds (``outbox_claims.outbox_lease_extend``: SKIP LOCKED).
 
 With ``note`` (a schema with the notifications tables: migrations/0013), a statement that
 dead-letters jobs or completes them also notes it for the people to tell, in the same statement

@@ -32,11 +32,18 @@ def select_dead(engine: Engine, schedule: str | None, task: str | None, older_th
     with translate_errors("reading dead letters"), engine.connect() as conn:
         now = conn.exec_driver_sql("SELECT now()").scalar_one()
         return db_outbox.outbox_dead_list(
-            conn, schedule=schedule, task=task,
-            dead_before=now - timedelta(seconds=older) if older is not None else None,
-            dead_after=now - timedelta(seconds=newer) if newer is not None else None,
-            ids=ids, limit=100_000,
+            conn, schedule=schedule, task=task, dead_before=_ago(now, older, older_than),
+            dead_after=_ago(now, newer, newer_than), ids=ids, limit=100_000,
         )
+
+
+def _ago(now: datetime, seconds: float | None, text: str | None) -> datetime | None:
+    if seconds is None:
+        return None
+    try:
+        return now - timedelta(seconds=seconds)
+    except OverflowError:  # timedelta or datetime out of range
+        raise UsageError(f"invalid age {text!r}: it reaches back before year 1") from None
 
 
 def iso(value: datetime | None) -> str | None:

@@ -17,6 +17,7 @@ from flask import Flask, Response, abort, redirect, render_template, request, ur
 from cronkeeper.operations import dlq as dead_letters
 from cronkeeper.operations.control import set_paused, trigger_job
 from cronkeeper.web.context import ctx
+from cronkeeper.web.routes import MAX_ID
 
 log = logging.getLogger("cronkeeper.web")
 VERBS = ("replay", "discard")
@@ -36,6 +37,8 @@ def _ids(text: str) -> list[int]:
         ids = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         abort(400, "ids must be whole numbers")
+    if any(not -MAX_ID - 1 <= i <= MAX_ID for i in ids):
+        abort(400, f"ids must be job ids (at most {MAX_ID})")
     return ids
 
 

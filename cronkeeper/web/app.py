@@ -50,7 +50,7 @@ def create_app(context: Context) -> Flask:
         g.actions = config.allow_actions
         g.authed = _authenticated(config)
         if request.method == "POST":
-            return _check_post(config)
+            return _check_post(config) or _refuse_nul()
         given = request.args.get("token")
         if config.token and given is not None and security.same_token(given, config.token):
             return login_redirect(_without_token())
@@ -62,7 +62,7 @@ def create_app(context: Context) -> Flask:
             resp = Response(render_template("login.html", next=request.full_path.rstrip("?"),
                                             failed=False), 401)
             return resp
-        return None
+        return _refuse_nul()
 
     @app.context_processor
     def leader_banner() -> dict[str, Any]:
@@ -147,6 +147,18 @@ def _check_post(config: WebConfig) -> Response | None:
         return None
     if config.token and not g.authed:
         return _error(401, "a valid token is needed", bearer=True)
+    return None
+
+
+def _refuse_nul() -> Response | None:
+    """PostgreSQL text cannot hold NUL, so the driver refuses a key, name or filter holding
+    one before the database sees it: say what is wrong (400), not that the database is away."""
+    values = [request.path, *(v for _, v in request.args.items(multi=True))]
+    if request.method == "POST":
+        values += [v for _, v in request.form.items(multi=True)]
+    if any("\x00" in v for v in values):
+        return _error(400, "a NUL character (%00) is in the address or the form: no key, name "
+                      "or filter holds one")
     return None
 
 

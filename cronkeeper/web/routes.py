@@ -31,6 +31,8 @@ HISTORY_PAGE = 100
 # that many rows: the state and owner filters find the ones that matter (docs/web.md).
 MAX_PER_PAGE = 1000
 STATE_FILTERS = [s.value for s in CellState] + ["paused"]
+# A job id is a bigint: a larger one names no job (404); the database would refuse it (503).
+MAX_ID = 2**63 - 1
 
 
 def _int(name: str, default: int, lo: int, hi: int) -> int:
@@ -140,7 +142,7 @@ def register(app: Flask) -> None:
                                         ("schedule", "task", "older_than", "newer_than")},
                                tasks=dead_letters.tasks_touched(rows))
 
-    @app.get("/dlq/<int:job_id>")
+    @app.get(f"/dlq/<int(max={MAX_ID}):job_id>")
     def dead_letter_page(job_id: int):
         rows = dead_letters.select_dead(ctx().engine, None, None, None, None, [job_id])
         if not rows:
@@ -203,7 +205,7 @@ def register(app: Flask) -> None:
     def api_dlq():
         return _json(dead_letters.dumps(dead_letters.list_document(_dlq_rows())))
 
-    @app.get("/api/dlq/<int:job_id>")
+    @app.get(f"/api/dlq/<int(max={MAX_ID}):job_id>")
     def api_dead_letter(job_id: int):
         rows = dead_letters.select_dead(ctx().engine, None, None, None, None, [job_id])
         if not rows:

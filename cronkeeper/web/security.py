@@ -105,6 +105,8 @@ def read_token(env_value: str | None, token_file: str | None) -> str | None:
                 token = fh.read().strip()
         except OSError as exc:
             raise UsageError(f"--token-file {token_file}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise UsageError(f"--token-file {token_file} is not UTF-8 text") from None
         if not token:
             raise UsageError(f"--token-file {token_file} is empty")
         return token

@@ -95,3 +95,29 @@ def test_a_token_file_that_is_not_text_is_a_clear_start_error(tmp_path):
     assert started.returncode == 2, started.stderr
     assert f"--token-file {token}" in started.stderr and "UTF-8" in started.stderr
     assert "internal error" not in started.stderr and "Traceback" not in started.stderr
+
+
+def test_a_page_behind_a_held_lock_answers_503_and_frees_its_thread(server, seeded):
+    """A read waiting for a lock held for minutes (a migration's DDL) gives up after the
+    statement limit (cli/web.py: STATEMENT_SECONDS) with a 503 that says why, instead of
+    holding a request thread for as long as the lock is held; the page works once it is gone."""
+    import http.client
+    import time
+
+    from cronkeeper.cli.web import STATEMENT_SECONDS
+
+    with psycopg.connect(libpq(seeded.url), options=f"-c search_path={seeded.schema}") as locker:
+        locker.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+        conn = http.client.HTTPConnection("127.0.0.1", server.port,
+                                          timeout=STATEMENT_SECONDS + 30)
+        started = time.monotonic()
+        conn.request("GET", "/api/dlq")
+        reply = conn.getresponse()
+        text = reply.read().decode()
+        waited = time.monotonic() - started
+        conn.close()
+        locker.rollback()
+    assert reply.status == 503, (reply.status, text[:300])
+    assert BLAMES_DATABASE in text and "statement timeout" in text, text
+    assert STATEMENT_SECONDS - 1 <= waited < STATEMENT_SECONDS + 20, waited
+    assert call(server, "GET", "/api/dlq").status == 200

@@ -20,6 +20,11 @@ log = logging.getLogger("cronkeeper.web")
 # reading status at once held all ten connections for their own reads, and their reads aside
 # waited for one until the pool's 30 s timeout, and then answered 503.
 REQUEST_CONNECTIONS = 3
+# The longest a page's statement may run, a wait for a lock included: past it the page says the
+# database could not answer (503) and frees its thread. Without it, a read behind a lock held for
+# minutes (a migration's DDL) held its thread as long, and --threads such reads hung every page.
+# Warm, the slowest page's statements take about a second at 10,000 schedules (docs/web.md).
+STATEMENT_SECONDS = 30
 
 
 @click.command("web")
@@ -57,7 +62,7 @@ def web_command(database_url, schema, cluster, address, allow_actions, token_fil
             f"cronkeeper web needs its extra ({exc.name} is missing): "
             "pip install 'cronkeeper[web]'") from None
     from cronkeeper.cli.connect import open_database
-    from cronkeeper.db.engine import redact
+    from cronkeeper.db.engine import limit_statements, redact
 
     db = open_database(database_url, schema, application_name="cronkeeper-web",
                        pool_size=threads * REQUEST_CONNECTIONS)
@@ -69,6 +74,7 @@ def web_command(database_url, schema, cluster, address, allow_actions, token_fil
     # state filter's request at 10,000 schedules). Objects are still freed by reference count.
     gc.collect()
     gc.freeze()
+    limit_statements(db.engine, STATEMENT_SECONDS)
     app = wsgi(Context(db.engine, schema, cluster, redact(db.url), config, cache))
     try:
         server = waitress.create_server(app, host=host, port=port, threads=threads,

@@ -257,6 +257,21 @@ def make_engine(url: URL, schema: str, *, pool_size: int = 5, application_name: 
     )
 
 
+def limit_statements(engine: sa.Engine, seconds: int) -> None:
+    """From now on every statement on ``engine``'s connections is cancelled after ``seconds``,
+    a wait for a lock included (``statement_timeout``), so that a reader behind an ACCESS
+    EXCLUSIVE lock (a migration's DDL, a ``VACUUM FULL``) gets an error instead of waiting for
+    as long as the lock is held. Connections already pooled are closed, to be opened with it."""
+    import sqlalchemy as sa
+
+    def limit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute(f"SET statement_timeout = {int(seconds) * 1000}")
+        dbapi_connection.commit()  # a SET in a transaction rolled back would be undone
+
+    sa.event.listen(engine, "connect", limit)
+    engine.dispose()
+
+
 def make_single_engine(url: URL, schema: str, *, application_name: str) -> sa.Engine:
     """An engine without a pool, for the one long-lived lock connection."""
     import sqlalchemy as sa

@@ -1,5 +1,8 @@
 """Logging: one line per event that matters, as text or JSON; records carry `action` and, where
-they apply, `schedule`, `scheduled_for` and `term`."""
+they apply, `schedule`, `scheduled_for` and `term`. A record logged with its exception (an
+error cronkeeper survives and calls a bug: ``internal_error``, ``web_error``) carries the
+traceback too: after the line in text, as ``traceback`` in JSON; it is what a bug report needs,
+and those records are said once a minute at most."""
 
 from __future__ import annotations
 
@@ -11,11 +14,22 @@ FIELDS = ("action", "schedule", "scheduled_for", "term", "instance", "reason", "
           "source")
 
 
+def _traceback(formatter: logging.Formatter, record: logging.LogRecord) -> str | None:
+    """The record's exception (and stack, if asked for) as ``logging`` prints them, or None."""
+    if record.exc_info and not record.exc_text:
+        record.exc_text = formatter.formatException(record.exc_info)
+    parts = [p for p in (record.exc_text,
+                         record.stack_info and formatter.formatStack(record.stack_info)) if p]
+    return "\n".join(parts) or None
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = f"{self.formatTime(record, '%Y-%m-%dT%H:%M:%S')} {record.levelname.lower()} {record.getMessage()}"
         extras = [f"{k}={getattr(record, k)}" for k in FIELDS if getattr(record, k, None) is not None]
-        return base + (" " + " ".join(extras) if extras else "")
+        line = base + (" " + " ".join(extras) if extras else "")
+        traceback = _traceback(self, record)
+        return line if traceback is None else f"{line}\n{traceback}"
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,6 +44,9 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, key, None)
             if value is not None:
                 doc[key] = str(value) if not isinstance(value, int | float) else value
+        traceback = _traceback(self, record)
+        if traceback is not None:
+            doc["traceback"] = traceback
         return json.dumps(doc)
 
 

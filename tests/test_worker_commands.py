@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
 
+import psycopg
 import pytest
 from handlers_for_tests import q, spawn_worker, wait_until
 
@@ -148,6 +150,37 @@ def _gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def test_a_command_released_by_the_drain_before_it_started_never_starts(
+        engine, schema, database_url, tmp_path, command_schedule):
+    # Its thread is reading the job's schedule version (held up here by a lock on the table)
+    # when SIGTERM's drain releases the job: the command must not start afterwards, left
+    # running past the worker's exit while the job, available again, runs elsewhere.
+    pid_file = tmp_path / "started.pid"
+    schedules, job = command_schedule(["/bin/sh", "-c", f"echo $$ > {pid_file}; sleep 60"])
+    locker = psycopg.connect(database_url)
+    locker.execute(f'LOCK TABLE "{schema}".schedule_versions IN ACCESS EXCLUSIVE MODE')
+    proc = spawn_worker(database_url, schema, "--schedules", schedules, "--drain-timeout", "0.5")
+    try:
+        wait_until(lambda: q(engine, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
+                             "USING (pid) WHERE NOT l.granted AND a.datname = current_database() "
+                             "AND a.application_name LIKE 'cronkeeper%%'") == [(1,)], 30,
+                   message="the job's thread waits for its schedule version")
+        proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: q(engine, "SELECT outcome FROM attempts WHERE job_id = %(i)s",
+                             i=job) == [("released",)], 30, message="the job released")
+        locker.rollback()  # the thread reads the version and goes on
+        assert proc.wait(30) == 0
+    finally:
+        locker.close()
+        proc.kill()
+        proc.wait()
+        if pid_file.exists() and pid_file.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    assert not pid_file.exists(), "the command started after its job was released"
+    assert state_of(engine, job)[0] == "available"
 
 
 @pytest.fixture(params=["pidfd", "no pidfd"])

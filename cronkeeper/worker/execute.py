@@ -175,8 +175,16 @@ def run_command(worker: Host, held: Running) -> Ending | None:
                            job.payload_json)
 
     def on_start(proc):  # noqa: ANN001
-        held.proc = proc
+        # Under the job's lock, as the drain settles it: either the drain sees this child
+        # (and kills its group) or this sees the release (and kills it here).
+        with held.lock:
+            held.proc = proc
+            released = held.done
+        if released:
+            commands.kill_group(proc, 0.0)
 
+    if held.done:  # released by the drain while reading its version: it must not start
+        return None
     limit = decision.spec.output_limit
     held.capture = Capture(limit) if limit > 0 else None
     try:

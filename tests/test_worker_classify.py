@@ -1,5 +1,7 @@
 """Failure classes, payload shapes and the command-version decision: pure tables."""
 
+import errno
+import os
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
@@ -7,7 +9,14 @@ import pytest
 
 from cronkeeper import PermanentError
 from cronkeeper.schedule.model import Misfire, ScheduleSpec
-from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending, next_state
+from cronkeeper.worker.classify import (
+    Ending,
+    Kind,
+    exception_ending,
+    exit_ending,
+    next_state,
+    start_ending,
+)
 from cronkeeper.worker.commands import Verdict, decide
 from cronkeeper.worker.registry import PayloadError, UnknownTask, check_shape, resolve, task
 
@@ -24,6 +33,18 @@ BACKOFF = {"base": 30, "factor": 2, "max": 3600}
 )
 def test_exit_codes(code, extra, kind):
     assert exit_ending(code, extra).kind is kind
+
+
+@pytest.mark.parametrize(
+    ("number", "kind"),
+    [(errno.ENOENT, Kind.PERMANENT), (errno.EACCES, Kind.PERMANENT), (errno.ENOEXEC, Kind.PERMANENT),
+     (errno.ENOTDIR, Kind.PERMANENT), (errno.ETXTBSY, Kind.RETRYABLE), (errno.EAGAIN, Kind.RETRYABLE),
+     (errno.ENOMEM, Kind.RETRYABLE), (errno.EMFILE, Kind.RETRYABLE)],
+)
+def test_a_command_that_cannot_start_is_permanent_only_while_its_program_cannot_run(number, kind):
+    ending = start_ending("/opt/backup", OSError(number, os.strerror(number)))
+    assert ending.kind is kind
+    assert ending.error.startswith("cannot start '/opt/backup': ")
 
 
 class Custom(Exception):

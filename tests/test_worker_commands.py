@@ -183,6 +183,32 @@ def test_a_command_released_by_the_drain_before_it_started_never_starts(
     assert state_of(engine, job)[0] == "available"
 
 
+def test_a_command_whose_file_is_being_written_is_retried_not_dead_lettered(
+        engine, schema, database_url, tmp_path, command_schedule):
+    # exec fails with ETXTBSY while a deploy still has the program open for writing: a passing
+    # reason, unlike a program that is missing or not executable (dead letter at once).
+    program = tmp_path / "deployed"
+    program.write_text("#!/bin/sh\necho ran\n")
+    program.chmod(0o755)
+    schedules, job = command_schedule([str(program)], max_attempts=5)
+    writer = os.open(program, os.O_WRONLY)
+    proc = spawn_worker(database_url, schema, "--schedules", schedules)
+    try:
+        wait_until(lambda: q(engine, "SELECT outcome FROM attempts WHERE job_id = %(i)s "
+                             "AND outcome IS NOT NULL", i=job), 20, message="attempt 1 ended")
+        os.close(writer)  # the deploy is done
+        writer = -1
+        wait_until(lambda: state_of(engine, job)[0] in ("succeeded", "dead"), 30)
+    finally:
+        if writer >= 0:
+            os.close(writer)
+        proc.kill()
+        proc.wait()
+    first = q(engine, "SELECT outcome, error FROM attempts WHERE job_id = %(i)s AND attempt = 1", i=job)
+    assert first[0][0] == "retry" and "Text file busy" in first[0][1], first
+    assert state_of(engine, job)[0] == "succeeded"
+
+
 @pytest.fixture(params=["pidfd", "no pidfd"])
 def kernel(request, monkeypatch):
     """Both ways of waiting for the child: its pidfd, and an old kernel's (``Popen.wait``)."""

@@ -13,7 +13,7 @@ from cronkeeper.errors import DatabaseError
 from cronkeeper.output import Capture
 from cronkeeper.worker import commands, logcapture
 from cronkeeper.worker.async_context import AsyncJobContext
-from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending
+from cronkeeper.worker.classify import Ending, Kind, exception_ending, exit_ending, start_ending
 from cronkeeper.worker.context import JobContext
 from cronkeeper.worker.invoke import Done, call_async
 from cronkeeper.worker.logcapture import capturing
@@ -191,7 +191,7 @@ def run_command(worker: Host, held: Running) -> Ending | None:
         result = commands.run(decision.spec.command, env, job.timeout, on_start=on_start,
                               kill_grace=cfg.kill_grace, capture=held.capture)
     except OSError as exc:
-        return Ending(Kind.PERMANENT, f"cannot start {decision.spec.command[0]!r}: {exc}")
+        return start_ending(decision.spec.command[0], exc)
     if result.code is None:
         return Ending(Kind.TIMEOUT, f"timed out after {job.timeout:g}s: process group killed")
     # The output's tail goes with the error (cronkeeper.output.with_tail, in the recorder).

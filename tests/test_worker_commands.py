@@ -163,10 +163,9 @@ def test_a_command_released_by_the_drain_before_it_started_never_starts(
     locker.execute(f'LOCK TABLE "{schema}".schedule_versions IN ACCESS EXCLUSIVE MODE')
     proc = spawn_worker(database_url, schema, "--schedules", schedules, "--drain-timeout", "0.5")
     try:
-        wait_until(lambda: q(engine, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a "
-                             "USING (pid) WHERE NOT l.granted AND a.datname = current_database() "
-                             "AND a.application_name LIKE 'cronkeeper%%'") == [(1,)], 30,
-                   message="the job's thread waits for its schedule version")
+        wait_until(lambda: q(engine, "SELECT count(*) FROM pg_locks WHERE NOT granted AND "
+                             "relation = to_regclass(%(t)s)", t=f'"{schema}".schedule_versions')
+                   == [(1,)], 30, message="the job's thread waits for its schedule version")
         proc.send_signal(signal.SIGTERM)
         wait_until(lambda: q(engine, "SELECT outcome FROM attempts WHERE job_id = %(i)s",
                              i=job) == [("released",)], 30, message="the job released")

@@ -7,6 +7,7 @@ receivers on loopback. And a bug of the sender's own is said once, not the end o
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from pathlib import Path
@@ -47,6 +48,13 @@ class NotHttp:
             self.accepted += 1
             with conn:
                 conn.sendall(self.greeting)
+                # Then read what the client sends until it hangs up, so that it fails on the
+                # answer (BadStatusLine), not on a reset while still sending its request
+                # (EPIPE): closing at once made the error depend on who was faster.
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):
+                    while conn.recv(65536):
+                        pass
 
     @property
     def url(self) -> str:

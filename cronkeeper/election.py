@@ -67,6 +67,7 @@ from cronkeeper.db.engine import (
 )
 from cronkeeper.election_signals import NodeOptions, Role, Signal, Signals
 from cronkeeper.errors import DatabaseError, LeadershipLost, PoolerDetected
+from cronkeeper.logs import say_survived
 from cronkeeper.outage import OutageReport, Repeats, kind_of
 from cronkeeper.term import Term
 
@@ -321,13 +322,7 @@ class Housekeeping:
             self._database_failed(step, exc)
             return False
         except Exception as exc:  # noqa: BLE001 - housekeeping must outlive a bad moment
-            notice = self._repeats.failed(step, exc, clock.monotonic())
-            if notice is not None:
-                log.error("housekeeping: %s failed: %s: %s (this is a bug in cronkeeper; going "
-                          "on, said once a minute while it repeats: %d times in %.0fs)", step,
-                          type(exc).__name__, exc, notice.failures, notice.lasted,
-                          exc_info=exc if notice.first else None,
-                          extra={"action": "internal_error"})
+            say_survived(log, self._repeats, "housekeeping", step, exc, clock.monotonic())
             return False
         since = self._failing_since.pop(step, None)
         outage = self._outages.get(step)

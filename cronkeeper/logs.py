@@ -2,13 +2,15 @@
 they apply, `schedule`, `scheduled_for` and `term`. A record logged with its exception (an
 error cronkeeper survives and calls a bug: ``internal_error``, ``web_error``) carries the
 traceback too: after the line in text, as ``traceback`` in JSON; it is what a bug report needs,
-and those records are said once a minute at most."""
+and those records are said once a minute at most (``say_survived``)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
+
+from cronkeeper.outage import Repeats
 
 FIELDS = ("action", "schedule", "scheduled_for", "term", "instance", "reason", "job_id", "owner",
           "source")
@@ -57,3 +59,15 @@ def configure(fmt: str = "text", level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
+
+
+def say_survived(log: logging.Logger, repeats: Repeats, who: str, step: str,
+                 exc: BaseException, now: float) -> None:
+    """An error a thread survives and goes on after (a bug): at ERROR with its traceback the
+    first time, then once a minute while it repeats (``repeats`` decides; ``now`` monotonic)."""
+    notice = repeats.failed(step, exc, now)
+    if notice is not None:
+        log.error("%s: %s failed: %s: %s (this is a bug in cronkeeper; going on, said once a "
+                  "minute while it repeats: %d times in %.0fs)", who, step, type(exc).__name__,
+                  exc, notice.failures, notice.lasted, exc_info=exc if notice.first else None,
+                  extra={"action": "internal_error"})

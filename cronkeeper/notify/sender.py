@@ -37,6 +37,7 @@ from cronkeeper.db import notifications
 from cronkeeper.db.engine import Engine
 from cronkeeper.db.wake import notes_channel
 from cronkeeper.errors import DatabaseError
+from cronkeeper.logs import say_survived
 from cronkeeper.notify.messages import Message, links
 from cronkeeper.notify.model import NotifyConfig, Sink
 from cronkeeper.notify.sinks import SendError, send
@@ -115,7 +116,9 @@ class Sender:
             except DatabaseError:
                 wait = backoff.next()
             except Exception as exc:  # noqa: BLE001 - a bug must not end the sender unseen
-                _say_bug(self._repeats, exc)
+                # (the notification in hand comes back when its lease runs out, a try more)
+                say_survived(log, self._repeats, "notification sender",
+                             "sending notifications", exc, clock.monotonic())
                 wait = backoff.next()
             self._wake.wait(wait)
             self._wake.clear()
@@ -259,15 +262,3 @@ def _send(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
         raise
     except Exception as exc:  # noqa: BLE001 - a sink's bug must not end the sender
         raise SendError(f"{type(exc).__name__}: {exc}") from None
-
-
-def _say_bug(repeats: Repeats, exc: Exception) -> None:
-    """An error of the sender's loop outside any sink (a bug): said with its traceback once,
-    then once a minute while it repeats. The notification it was on (if any) keeps its lease
-    until it runs out, then comes back with one try more: one failing every time ends failed."""
-    notice = repeats.failed("sending notifications", exc, clock.monotonic())
-    if notice is not None:
-        log.error("notification sender: %s: %s (this is a bug in cronkeeper; going on, said once "
-                  "a minute while it repeats: %d times in %.0fs)", type(exc).__name__, exc,
-                  notice.failures, notice.lasted, exc_info=exc if notice.first else None,
-                  extra={"action": "internal_error"})

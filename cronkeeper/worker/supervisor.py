@@ -14,6 +14,7 @@ from cronkeeper import clock, metrics
 from cronkeeper.db import instances as db_instances
 from cronkeeper.db import outbox_claims
 from cronkeeper.errors import DatabaseError
+from cronkeeper.logs import say_survived
 from cronkeeper.outage import Repeats
 from cronkeeper.worker.classify import Ending, Kind
 from cronkeeper.worker.runtime import Host
@@ -57,12 +58,7 @@ class Supervisor:
     def _unexpected(self, step: str, exc: Exception, now: float) -> None:
         """Log an error the supervisor survives: with its traceback the first time, then once a
         minute while the same error (its type and the line that raised it) repeats."""
-        notice = self._repeats.failed(step, exc, now)
-        if notice is not None:
-            log.error("supervisor: %s failed: %s: %s (this is a bug in cronkeeper; going on, said "
-                      "once a minute while it repeats: %d times in %.0fs)", step,
-                      type(exc).__name__, exc, notice.failures, notice.lasted,
-                      exc_info=exc if notice.first else None, extra={"action": "internal_error"})
+        say_survived(log, self._repeats, "supervisor", step, exc, now)
 
     def _heartbeat(self) -> None:
         worker = self.worker

@@ -19,11 +19,12 @@ from cronkeeper.db.engine import (
     DRIVER_ERRORS,
     Connection,
     Engine,
+    conflicts,
     describe,
     refuses_writes,
 )
 from cronkeeper.errors import DatabaseError
-from cronkeeper.outage import OutageReport, kind_of
+from cronkeeper.outage import OutageReport, Repeats, kind_of
 
 log = logging.getLogger("cronkeeper.worker")
 
@@ -68,6 +69,9 @@ class ClaimingDatabase:
         # not end it; only one of an action that was refused does.
         self._refused = OutageReport()
         self._refused_actions: set[str] = set()
+        # A deadlock or serialization failure rolled back: the database answers, the statement
+        # is tried again; said once a minute per action, never as the database being away.
+        self._conflicts = Repeats()
         self._answered = threading.Event()  # set when a statement succeeds after a failure
         self._lock = threading.Lock()
         self._kept = threading.local()
@@ -147,8 +151,18 @@ class ClaimingDatabase:
 
     def down(self, action: str, exc: BaseException) -> None:
         """A statement failed for the database: said when the outage begins or changes kind,
-        then once a minute while it lasts (every thread's failures count towards one report)."""
+        then once a minute while it lasts (every thread's failures count towards one report).
+        A deadlock or serialization failure is no outage: the database answered, and the caller
+        tries the work again; said apart (``database_conflict``), once a minute."""
         self._answered.clear()
+        if conflicts(exc):
+            with self._lock:
+                notice = self._conflicts.failed(action, exc, clock.monotonic())
+            if notice is not None:
+                log.warning("database conflict, tried again: while=%s error=%s (%d in %.0fs; "
+                            "said once a minute while it repeats)", action, describe(exc),
+                            notice.failures, notice.lasted, extra={"action": "database_conflict"})
+            return
         if refuses_writes(exc):
             with self._lock:
                 self._refused_actions.add(action)

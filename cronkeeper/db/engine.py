@@ -332,11 +332,24 @@ def refuses_writes(exc: BaseException) -> bool:
     """The server answers but cannot write for want of resources: SQLSTATE 53100 (disk_full:
     "could not extend file ...: No space left on device") or 53200 (out_of_memory). Reads go
     on; some writes may too (an update that fits its page), so a success says little."""
+    return _sqlstate(exc) in {"53100", "53200"}
+
+
+def conflicts(exc: BaseException) -> bool:
+    """The server rolled the statement back to break a conflict between transactions: SQLSTATE
+    40P01 (deadlock_detected) or 40001 (serialization_failure). The database is there and
+    answering; trying the same work again is the remedy, not waiting for it to come back."""
+    return _sqlstate(exc) in {"40P01", "40001"}
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of the driver error behind ``exc`` (through DatabaseError's and
+    SQLAlchemy's wrapping), None when there is none."""
     orig = getattr(exc, "orig", None) or exc
     while isinstance(orig, DatabaseError) and orig.__cause__ is not None:
         orig = orig.__cause__
         orig = getattr(orig, "orig", None) or orig
-    return getattr(orig, "sqlstate", None) in {"53100", "53200"}
+    return getattr(orig, "sqlstate", None)
 
 
 @contextlib.contextmanager

@@ -87,6 +87,8 @@ def delete(connection: Any, name: str, *, schema: str = "cronkeeper") -> bool:
 
 def get(connection: Any, name: str, *, schema: str = "cronkeeper") -> dict[str, Any] | None:
     """The spec of the runtime schedule ``name`` as it was put, or None."""
+    if not isinstance(name, str):
+        raise UsageError(f"get: name must be a string, not {type(name).__name__}")
     rows = db.runtime_list(connection, schema, names=[name])
     return rows[0].spec if rows else None
 
@@ -94,6 +96,8 @@ def get(connection: Any, name: str, *, schema: str = "cronkeeper") -> dict[str, 
 def list(connection: Any, prefix: str | None = None, *,  # noqa: A001 - SPEC §15's name
          schema: str = "cronkeeper") -> dict[str, dict[str, Any]]:
     """{name: spec} of the runtime schedules (those whose name starts with ``prefix``)."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise UsageError(f"list: prefix must be a string, not {type(prefix).__name__}")
     return {row.name: row.spec for row in db.runtime_list(connection, schema, prefix=prefix)}
 
 

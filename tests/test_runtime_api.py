@@ -136,6 +136,33 @@ def test_keys_that_are_not_strings_and_nul_characters_are_problems(engine, schem
     assert rows(engine) == []
 
 
+def test_arguments_of_the_wrong_type_are_usage_errors_and_the_transaction_goes_on(engine, schema,
+                                                                                 database_url):
+    """A schema that is not a string raised TypeError from the pattern match (enqueue's too);
+    ``get(conn, 5)`` and ``list(conn, 5)`` reached the database, whose error aborted the
+    caller's transaction. Each is now a UsageError before any statement, so the application's
+    transaction is still usable after it."""
+    with psycopg.connect(plain(database_url)) as conn:
+        calls = {
+            "put": lambda: schedules.put(conn, "a", SPEC, schema=5),  # type: ignore[arg-type]
+            "enqueue": lambda: cronkeeper.enqueue(conn, "t", {}, key="k",
+                                                  schema=5),  # type: ignore[arg-type]
+            "get": lambda: schedules.get(conn, 5, schema=schema),  # type: ignore[arg-type]
+            "list": lambda: schedules.list(conn, 5, schema=schema),  # type: ignore[arg-type]
+        }
+        said = {}
+        for what, call in calls.items():
+            with pytest.raises(UsageError) as err:
+                call()
+            said[what] = str(err.value)
+        assert said["put"].startswith("invalid schema name 5") and "enqueue" not in said["put"]
+        assert said["enqueue"].startswith("invalid schema name 5")
+        assert said["get"] == "get: name must be a string, not int"
+        assert said["list"] == "list: prefix must be a string, not int"
+        schedules.put(conn, "a", SPEC, schema=schema)  # the transaction was not aborted
+        assert schedules.get(conn, "a", schema=schema) == SPEC
+
+
 def test_delete_tombstones_and_a_new_put_revives_as_a_new_incarnation(engine, schema):
     with engine.begin() as conn:
         first = schedules.put(conn, "a", SPEC, schema=schema)

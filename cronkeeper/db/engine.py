@@ -89,7 +89,7 @@ def one_row(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
 
 
 def check_schema_name(schema: str) -> str:
-    if not SCHEMA_PATTERN.fullmatch(schema):
+    if not isinstance(schema, str) or not SCHEMA_PATTERN.fullmatch(schema):
         raise UsageError(
             f"invalid schema name {schema!r}: use lower-case letters, digits and underscores, "
             "starting with a letter or underscore (at most 63 characters)"

@@ -289,3 +289,10 @@ def _worker_fixtures():
 
 
 runs, spawned_workers = _worker_fixtures()
+
+
+@task("tests.write_file")
+def write_file(payload, ctx):
+    """Leaves a file at ``payload["path"]``: proof that the handler started."""
+    with open(payload["path"], "w") as f:
+        f.write(ctx.key)

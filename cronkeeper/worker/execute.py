@@ -37,6 +37,8 @@ def run_task(worker: Host, held: Running) -> Ending | None:
     job = held.job
     handler = resolve(job.task)
     limit = worker.versions.output_limit(job)
+    if held.done:  # released by the drain while reading its version: it must not start
+        return None
     if limit > 0:
         logcapture.install()  # done at start unless this worker's limits are all 0
     if (handler.isolation or worker.config.isolation) == Isolation.PROCESS:

@@ -274,7 +274,14 @@ class ProcessPool:
             return Ending(Kind.PERMANENT, f"payload of {size} bytes is too large to hand to a "
                           f"handler process (at most {MAX_FRAME // 2})")
         child = self._take()
-        held.proc = child.popen  # the supervisor leaves it alone; a drain kills its group
+        # Under the job's lock, as the drain settles it: either the drain sees this child (and
+        # kills its group) or this sees the release and hands the job to no child.
+        with held.lock:
+            held.proc = child.popen  # the supervisor leaves it alone; a drain kills its group
+            released = held.done
+        if released:
+            self._idle.put(child)
+            return Ending(Kind.RETRYABLE, "released before it started")  # settled already
         try:
             return self._run(child, held, end_session)
         except BaseException:

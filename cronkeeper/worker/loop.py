@@ -106,11 +106,7 @@ class Worker:
         self.wakeups.start()
         log.info("worker started: worker=%s concurrency=%d isolation=%s", cfg.worker_id,
                  cfg.concurrency, cfg.isolation, extra={"action": "worker_started"})
-        if os.getpid() == 1:  # a container's entrypoint without an init
-            log.warning("worker runs as PID 1: orphans its commands and handler processes leave "
-                        "behind become zombies that nothing reaps, until the container's PIDs "
-                        "run out; run it under an init (docker run --init, tini, dumb-init)",
-                        extra={"action": "pid_one"})
+        say_if_pid_one()
         backoff = ReconnectBackoff(cap=RECONNECT_CAP)
         next_reap = 0.0
         while not self.stopping.is_set():
@@ -254,3 +250,13 @@ class Worker:
                         held.job.attempt, extra={"action": "job_released"})
             self.queue_ending(held, Ending(Kind.RETRYABLE, "released: worker stopped before "
                                            "the job finished (drain timeout)"))
+
+
+def say_if_pid_one() -> None:
+    """A worker that is PID 1 (a container's entrypoint without an init) inherits every orphan
+    its commands leave, and Python reaps none: said at start, with the remedy."""
+    if os.getpid() == 1:
+        log.warning("worker runs as PID 1: orphans its commands and handler processes leave "
+                    "behind become zombies that nothing reaps, until the container's PIDs "
+                    "run out; run it under an init (docker run --init, tini, dumb-init)",
+                    extra={"action": "pid_one"})

@@ -123,7 +123,7 @@ def worker_command(
     from cronkeeper.cli.connect import open_database
     from cronkeeper.db.migrate import PREVIOUS_RELEASE_SCHEMA
     from cronkeeper.worker.commands import load_specs
-    from cronkeeper.worker.loop import Worker
+    from cronkeeper.worker.loop import Worker, say_if_pid_one
     from cronkeeper.worker.registry import import_modules
     from cronkeeper.worker.runtime import WorkerConfig
 
@@ -160,6 +160,7 @@ def worker_command(
     signal.signal(signal.SIGINT, on_signal)
     sender = notify.start_sender(database.engine, notes, schema=schema,
                                  sender_id=config.worker_id, web_url=web_url)
+    say_if_pid_one()
     code = worker.run()
     if sender is not None:
         sender.stop()

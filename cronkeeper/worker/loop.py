@@ -106,7 +106,6 @@ class Worker:
         self.wakeups.start()
         log.info("worker started: worker=%s concurrency=%d isolation=%s", cfg.worker_id,
                  cfg.concurrency, cfg.isolation, extra={"action": "worker_started"})
-        say_if_pid_one()
         backoff = ReconnectBackoff(cap=RECONNECT_CAP)
         next_reap = 0.0
         while not self.stopping.is_set():

@@ -134,31 +134,99 @@ def outbox_insert_manual(
     ))[0]
 
 
-_DEAD_LIST = """
-SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,
-       payload, owner, max_attempts, scheduled_for, created_at
-FROM outbox
-WHERE state = 'dead'
+@dataclass(frozen=True, slots=True)
+class DeadFilter:
+    """Which dead letters an operator chose: by schedule, task, when they died (instants, not
+    ages, so the same filter selects the same rows a minute later) or ids."""
+    schedule: str | None = None
+    task: str | None = None
+    dead_before: datetime | None = None
+    dead_after: datetime | None = None
+    ids: tuple[int, ...] | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "task": self.task, "older": self.dead_before,
+                "newer": self.dead_after, "ids": None if self.ids is None else list(self.ids)}
+
+
+_DEAD_WHERE = """
+state = 'dead'
   AND (%(schedule)s::text IS NULL OR schedule = %(schedule)s)
   AND (%(task)s::text IS NULL OR task = %(task)s)
   AND (%(older)s::timestamptz IS NULL OR finished_at <= %(older)s)
   AND (%(newer)s::timestamptz IS NULL OR finished_at >= %(newer)s)
   AND (%(ids)s::bigint[] IS NULL OR id = ANY(%(ids)s::bigint[]))
+"""
+
+_DEAD_LIST = f"""
+SELECT id, idempotency_key, schedule, task, attempts, last_error, finished_at AS dead_at,
+       payload, owner, max_attempts, scheduled_for, created_at
+FROM outbox
+WHERE {_DEAD_WHERE}
 ORDER BY finished_at, id
-LIMIT %(limit)s
+LIMIT %(limit)s OFFSET %(offset)s
 """
 
 
 def outbox_dead_list(
     conn: sa.Connection, *, schedule: str | None = None, task: str | None = None,
     dead_before: datetime | None = None, dead_after: datetime | None = None,
-    ids: list[int] | None = None, limit: int = 1000,
+    ids: list[int] | None = None, limit: int = 1000, offset: int = 0,
 ) -> list[dict[str, Any]]:
-    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id."""
-    params = {"schedule": schedule, "task": task, "older": dead_before, "newer": dead_after,
-              "ids": ids, "limit": limit}
+    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id; ``limit``
+    of them from the ``offset``-th (a page of the web's list)."""
+    params = {**DeadFilter(schedule, task, dead_before, dead_after,
+                           None if ids is None else tuple(ids)).params(),
+              "limit": limit, "offset": offset}
     cur = driver(conn).cursor(row_factory=dict_row)
     return cur.execute(_DEAD_LIST, params).fetchall()
+
+
+_DEAD_TASKS = f"SELECT task, count(*) FROM outbox WHERE {_DEAD_WHERE} GROUP BY task ORDER BY task"
+
+
+def outbox_dead_tasks(conn: sa.Connection, chosen: DeadFilter) -> dict[str, int]:
+    """How many dead letters a filter selects, per task (the ``outbox_dead`` index; no row's
+    text is read)."""
+    return dict(driver(conn).execute(_DEAD_TASKS, chosen.params()).fetchall())
+
+
+@dataclass(frozen=True, slots=True)
+class DeadSelection:
+    """The whole of a filter's selection, as one statement saw it: ids, count per task, and a
+    digest over each row's id, attempts, dead-at instant and error."""
+    ids: list[int]
+    tasks: dict[str, int]
+    digest: str
+
+
+# One snapshot of the selection (the CTE is read once); the digest is computed in the database,
+# so confirming 100,000 dead letters moves a few hundred kilobytes of ids, not their errors.
+_DEAD_SELECTION = """
+WITH chosen AS MATERIALIZED (
+    SELECT id, task, attempts, finished_at, last_error FROM outbox WHERE {where} {lock}
+)
+SELECT (SELECT coalesce(array_agg(id ORDER BY id), '{{}}') FROM chosen),
+       (SELECT coalesce(json_object_agg(task, n ORDER BY task), '{{}}')
+        FROM (SELECT task, count(*) AS n FROM chosen GROUP BY task) per_task),
+       (SELECT md5(coalesce(string_agg(
+            id || ':' || attempts || ':' || coalesce(extract(epoch FROM finished_at)::text, '')
+            || ':' || md5(coalesce(last_error, '')), '|' ORDER BY id), '')) FROM chosen)
+"""
+_DEAD_SELECTION_READ = _DEAD_SELECTION.format(where=_DEAD_WHERE, lock="")
+_DEAD_SELECTION_LOCK = _DEAD_SELECTION.format(where=_DEAD_WHERE, lock="FOR UPDATE")
+
+
+def outbox_dead_selection(conn: sa.Connection, chosen: DeadFilter) -> DeadSelection:
+    """What a confirmation states (read only: the web's reader role may ask)."""
+    return DeadSelection(*one_row(driver(conn).execute(_DEAD_SELECTION_READ, chosen.params())))
+
+
+def outbox_dead_selection_locked(conn: sa.Connection, chosen: DeadFilter) -> DeadSelection:
+    """The selection again, its rows locked until the caller's transaction ends, so the replay
+    or discard that follows acts on exactly these (a concurrent replay waits, or has won and
+    its row is no longer selected)."""
+    return DeadSelection(*one_row(driver(conn).execute(_DEAD_SELECTION_LOCK, chosen.params())))
 
 
 _DEAD_REPLAY = f"""

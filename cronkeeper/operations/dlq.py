@@ -1,15 +1,20 @@
 """Dead letters: which a filter selects, their JSON documents (``dlq list|show --format json``
-and the web's ``/api/dlq`` are the same), and replay or discard of exactly the ones confirmed."""
+and the web's ``/api/dlq`` are the same), a page of them with the whole selection's count, and
+replay or discard of exactly the ones confirmed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from cronkeeper.db import attempts as db_attempts
 from cronkeeper.db import outbox as db_outbox
 from cronkeeper.db.engine import Engine, translate_errors
+from cronkeeper.db.outbox import DeadFilter, DeadSelection
 from cronkeeper.errors import UsageError
 from cronkeeper.operations.output import attempt_view
 from cronkeeper.timing.durations import parse_duration
@@ -24,21 +29,46 @@ def _age(text: str | None) -> float | None:
         raise UsageError(f"invalid age {text!r}: {exc}") from None
 
 
+def choose(engine: Engine, schedule: str | None, task: str | None, older_than: str | None,
+           newer_than: str | None, ids: list[int] | None = None) -> DeadFilter:
+    """A filter with its ages (durations such as ``2h``) made instants by the database's now."""
+    older, newer = _age(older_than), _age(newer_than)
+    now = None
+    if older is not None or newer is not None:
+        with translate_errors("reading dead letters"), engine.connect() as conn:
+            now = conn.exec_driver_sql("SELECT now()").scalar_one()
+    return DeadFilter(schedule, task, _ago(now, older, older_than), _ago(now, newer, newer_than),
+                      None if ids is None else tuple(ids))
+
+
 def select_dead(engine: Engine, schedule: str | None, task: str | None, older_than: str | None,
                 newer_than: str | None, ids: list[int] | None = None) -> list[dict]:
     """The dead letters a filter selects (ages as durations such as ``2h``), oldest first:
-    what ``dlq list``, ``replay``, ``discard`` and the web's dead-letter pages act on."""
-    older, newer = _age(older_than), _age(newer_than)
+    what ``dlq list``, ``replay``, ``discard`` and ``/api/dlq`` act on or print."""
+    return selected(engine, choose(engine, schedule, task, older_than, newer_than, ids))
+
+
+def selected(engine: Engine, chosen: DeadFilter, limit: int = 100_000,
+             offset: int = 0) -> list[dict]:
+    """A filter's dead letters, oldest first, ``limit`` of them from the ``offset``-th."""
     with translate_errors("reading dead letters"), engine.connect() as conn:
-        now = conn.exec_driver_sql("SELECT now()").scalar_one()
         return db_outbox.outbox_dead_list(
-            conn, schedule=schedule, task=task, dead_before=_ago(now, older, older_than),
-            dead_after=_ago(now, newer, newer_than), ids=ids, limit=100_000,
-        )
+            conn, schedule=chosen.schedule, task=chosen.task, dead_before=chosen.dead_before,
+            dead_after=chosen.dead_after, ids=None if chosen.ids is None else list(chosen.ids),
+            limit=limit, offset=offset)
 
 
-def _ago(now: datetime, seconds: float | None, text: str | None) -> datetime | None:
-    if seconds is None:
+def dead_page(engine: Engine, chosen: DeadFilter, page: int,
+              per_page: int) -> tuple[list[dict], dict[str, int]]:
+    """One page of a filter's dead letters (oldest first), and the whole selection's count per
+    task: what the web's ``/dlq`` shows, reading no more rows than it shows."""
+    with translate_errors("counting dead letters"), engine.connect() as conn:
+        tasks = db_outbox.outbox_dead_tasks(conn, chosen)
+    return selected(engine, chosen, per_page, (page - 1) * per_page), tasks
+
+
+def _ago(now: datetime | None, seconds: float | None, text: str | None) -> datetime | None:
+    if seconds is None or now is None:
         return None
     try:
         return now - timedelta(seconds=seconds)
@@ -86,6 +116,55 @@ def apply(engine: Engine, verb: str, ids: list[int]) -> list[int]:
             db_attempts.attempts_archive(conn, ids)
             return db_outbox.outbox_dead_replay(conn, ids)
         return db_outbox.outbox_dead_discard(conn, ids)
+
+
+class Verdict(StrEnum):
+    DONE = "done"
+    CHANGED = "changed"  # the selection is not the one confirmed: nothing done
+    WRONG_COUNT = "wrong_count"  # the operator typed another number: nothing done
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """What a confirmation page states: the whole selection, the first of its rows, and the
+    digest the act must find again."""
+    selection: DeadSelection
+    sample: list[dict]
+    digest: str
+
+
+def confirm_digest(verb: str, chosen: DeadFilter, selection: DeadSelection) -> str:
+    """The verb, the filter and the database's digest of every selected row (ids, attempts,
+    dead-at instants, errors): a job replayed, discarded, dead again or newly dead under the
+    filter changes it."""
+    text = "|".join([verb, chosen.schedule or "", chosen.task or "", iso(chosen.dead_before) or "",
+                     iso(chosen.dead_after) or "", ",".join(map(str, chosen.ids or ())),
+                     selection.digest])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def confirmation(engine: Engine, verb: str, chosen: DeadFilter, sample: int) -> Confirmation:
+    with translate_errors("reading dead letters"), engine.connect() as conn:
+        selection = db_outbox.outbox_dead_selection(conn, chosen)
+    return Confirmation(selection, selected(engine, chosen, sample) if selection.ids else [],
+                        confirm_digest(verb, chosen, selection))
+
+
+def apply_confirmed(engine: Engine, verb: str, chosen: DeadFilter, digest: str,
+                    typed: str) -> tuple[Verdict, DeadSelection, list[int]]:
+    """Replay or discard a filter's whole selection if it is still the one confirmed (its
+    digest) and ``typed`` is its count, in one transaction holding its rows' locks from the
+    check to the act. Returns the verdict, the selection as it is now, and the ids done."""
+    with translate_errors(f"{verb} of dead letters"), engine.begin() as conn:
+        now = db_outbox.outbox_dead_selection_locked(conn, chosen)
+        if not now.ids or confirm_digest(verb, chosen, now) != digest:
+            return Verdict.CHANGED, now, []
+        if typed != str(len(now.ids)):
+            return Verdict.WRONG_COUNT, now, []
+        if verb == "replay":
+            db_attempts.attempts_archive(conn, now.ids)
+            return Verdict.DONE, now, db_outbox.outbox_dead_replay(conn, now.ids)
+        return Verdict.DONE, now, db_outbox.outbox_dead_discard(conn, now.ids)
 
 
 def _item(row: dict) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from flask import Flask, Response, abort, g, redirect, render_template, request,
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from cronkeeper.db.engine import translate_errors
+from cronkeeper.db.outbox import DeadFilter
 from cronkeeper.errors import CronkeeperError, DatabaseError, UsageError
 from cronkeeper.operations import dlq as dead_letters
 from cronkeeper.operations import explain as period_story
@@ -25,6 +26,10 @@ from cronkeeper.web.security import local_path
 from cronkeeper.web.strip import MAX_PERIODS, CellState
 
 HISTORY_PAGE = 100
+# Dead letters a page of /dlq shows. A flood (a dependency down overnight) is tens of thousands
+# of them, each with an error of a few KB: 50,000 in one page were 116 MB of HTML, and the web
+# process grew by 200 MB for each such request (docs/web.md). The count is the whole selection's.
+DLQ_PAGE = 100
 # The most schedules one page of the schedules list shows. A product limit, not a speed one: a
 # page of 1,000 rows is 14 MB of HTML and 48,000 strip cells; all 10,000 of the benchmark's
 # schedules would be 140 MB, which a browser takes tens of seconds to lay out, and nobody reads
@@ -63,11 +68,11 @@ def _status_doc() -> dict[str, Any]:
     return doc
 
 
-def _dlq_rows(ids: list[int] | None = None) -> list[dict]:
-    a = request.args
+def dlq_filter(form: Any = None) -> DeadFilter:
+    a = request.args if form is None else form
     try:
-        return dead_letters.select_dead(ctx().engine, a.get("schedule") or None, a.get("task") or None,
-                                   a.get("older_than") or None, a.get("newer_than") or None, ids)
+        return dead_letters.choose(ctx().engine, a.get("schedule") or None, a.get("task") or None,
+                                   a.get("older_than") or None, a.get("newer_than") or None)
     except UsageError as exc:
         abort(400, str(exc))
 
@@ -136,11 +141,15 @@ def register(app: Flask) -> None:
 
     @app.get("/dlq")
     def dlq_page():
-        rows = _dlq_rows()
-        return render_template("dlq.html", rows=dead_letters.list_document(rows),
-                               filters={k: request.args.get(k, "") for k in
-                                        ("schedule", "task", "older_than", "newer_than")},
-                               tasks=dead_letters.tasks_touched(rows))
+        page = _int("page", 1, 1, 10**6)
+        rows, tasks = dead_letters.dead_page(ctx().engine, dlq_filter(), page, DLQ_PAGE)
+        total = sum(tasks.values())
+        filters = {k: request.args.get(k, "") for k in
+                   ("schedule", "task", "older_than", "newer_than")}
+        return render_template("dlq.html", rows=dead_letters.list_document(rows), total=total,
+                               first=(page - 1) * DLQ_PAGE + 1, page=page,
+                               pages=max(1, -(-total // DLQ_PAGE)), filters=filters,
+                               links={k: v for k, v in filters.items() if v}, tasks=tasks)
 
     @app.get(f"/dlq/<int(max={MAX_ID}):job_id>")
     def dead_letter_page(job_id: int):
@@ -203,7 +212,8 @@ def register(app: Flask) -> None:
 
     @app.get("/api/dlq")
     def api_dlq():
-        return _json(dead_letters.dumps(dead_letters.list_document(_dlq_rows())))
+        rows = dead_letters.selected(ctx().engine, dlq_filter())
+        return _json(dead_letters.dumps(dead_letters.list_document(rows)))
 
     @app.get(f"/api/dlq/<int(max={MAX_ID}):job_id>")
     def api_dead_letter(job_id: int):

@@ -30,7 +30,7 @@ SLOW_MODULES = frozenset({
     "test_calendars_daemon", "test_clock_skew", "test_connections_exhausted", "test_daemon_burst_restart", "test_daemon_config", "test_disk_full", "test_daemon_failover", "test_daemon_netns_partition",
     "test_daemon_housekeeping", "test_daemon_outage", "test_daemon_partition",
     "test_daemon_resilience",
-    "test_daemon_split_brain", "test_daemon_stall", "test_dlq", "test_summaries_daemon",
+    "test_daemon_split_brain", "test_daemon_stall", "test_dlq", "test_dlq_flood", "test_summaries_daemon",
     "test_engine", "test_enqueue", "test_job_output", "test_history_acceptance", "test_metrics_daemon",
     "test_metrics_worker", "test_packaging", "test_pg_failover", "test_pooler",
     "test_quickstart", "test_relay", "test_relay_bullmq", "test_relay_celery",

@@ -16,15 +16,19 @@ from typing import Any
 import click
 
 from cronkeeper.cli.common import database_options, format_option, safe
+from cronkeeper.db.outbox import DeadSelection
 from cronkeeper.errors import CronkeeperError
 from cronkeeper.operations.dlq import (
+    MAX_DOCUMENT,
     apply,
+    choose,
     dumps,
     iso,
     list_document,
+    listing,
     select_dead,
+    selection,
     show_document,
-    tasks_touched,
 )
 from cronkeeper.output import escape_text
 
@@ -55,10 +59,20 @@ def dlq_command() -> None:
 @dlq_command.command("list")
 @database_options
 @filters
+@click.option("--limit", type=click.IntRange(1, MAX_DOCUMENT), default=None,
+              help=f"At most this many (a page; without it, the whole selection, refused past "
+                   f"{MAX_DOCUMENT}).")
+@click.option("--offset", type=click.IntRange(0), default=0, show_default=True,
+              help="Skip this many of the oldest first (the next page).")
 @format_option
-def list_command(database_url, schema, cluster, schedule, task, older_than, newer_than, fmt) -> None:
+def list_command(database_url, schema, cluster, schedule, task, older_than, newer_than, limit,
+                 offset, fmt) -> None:
     """List dead letters, oldest first."""
-    _, rows = _select(database_url, schema, schedule, task, older_than, newer_than)
+    from cronkeeper.cli.connect import open_database
+
+    db = open_database(database_url, schema)
+    rows = listing(db.engine, choose(db.engine, schedule, task, older_than, newer_than), limit,
+                   offset)
     if fmt == "json":
         click.echo(dumps(list_document(rows)))
         return
@@ -100,9 +114,10 @@ def show_command(database_url, schema, cluster, job_id, fmt) -> None:
                    f"{a['started_at']} .. {a['finished_at']} {safe(a['error'] or '')}")
 
 
-def _confirm(verb: str, rows: list[dict], yes: bool) -> None:
-    summary = ", ".join(f"{safe(t)} ({n})" for t, n in tasks_touched(rows).items())
-    click.echo(f"{verb} {len(rows)} dead letter{'s' if len(rows) != 1 else ''}: tasks {summary}")
+def _confirm(verb: str, chosen: DeadSelection, yes: bool) -> None:
+    n = len(chosen.ids)
+    summary = ", ".join(f"{safe(t)} ({k})" for t, k in chosen.tasks.items())
+    click.echo(f"{verb} {n} dead letter{'s' if n != 1 else ''}: tasks {summary}")
     if verb == "replay":
         click.echo("replay re-executes real side effects (charges, emails, webhooks)")
     if yes:
@@ -110,18 +125,23 @@ def _confirm(verb: str, rows: list[dict], yes: bool) -> None:
     if not sys.stdin.isatty():
         raise CronkeeperError(f"refusing to {verb} without confirmation: no terminal to ask on; "
                               "pass --yes to confirm from a script")
-    if not click.confirm(f"{verb} these {len(rows)} jobs?", default=False):
+    if not click.confirm(f"{verb} these {n} jobs?", default=False):
         raise CronkeeperError(f"{verb} cancelled; nothing changed")
 
 
 def _act(verb: str, database_url, schema, schedule, task, older_than, newer_than, ids, yes) -> None:
-    db, rows = _select(database_url, schema, schedule, task, older_than, newer_than,
-                       ids=list(ids) or None)
-    if not rows:
+    from cronkeeper.cli.connect import open_database
+
+    db = open_database(database_url, schema)
+    # the whole selection, however many (ids and tasks, no error text), acted on by its ids:
+    # exactly the jobs stated, less any replayed or discarded meanwhile
+    chosen = selection(db.engine, choose(db.engine, schedule, task, older_than, newer_than,
+                                         list(ids) or None))
+    if not chosen.ids:
         click.echo(f"no dead letters match; nothing to {verb}")
         return
-    _confirm(verb, rows, yes)
-    done = apply(db.engine, verb, [r["id"] for r in rows])
+    _confirm(verb, chosen, yes)
+    done = apply(db.engine, verb, chosen.ids)
     past = {"replay": "replayed", "discard": "discarded"}[verb]
     click.echo(f"{past} {len(done)} job{'s' if len(done) != 1 else ''}")
 

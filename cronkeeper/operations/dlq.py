@@ -19,6 +19,10 @@ from cronkeeper.errors import UsageError
 from cronkeeper.operations.output import attempt_view
 from cronkeeper.timing.durations import parse_duration
 
+# The most dead letters one list (``dlq list``, ``/api/dlq``) holds: 100,000 with errors of a
+# few KB are hundreds of MB of JSON and about a GB in the process that builds it.
+MAX_DOCUMENT = 100_000
+
 
 def _age(text: str | None) -> float | None:
     if not text:
@@ -43,12 +47,29 @@ def choose(engine: Engine, schedule: str | None, task: str | None, older_than: s
 
 def select_dead(engine: Engine, schedule: str | None, task: str | None, older_than: str | None,
                 newer_than: str | None, ids: list[int] | None = None) -> list[dict]:
-    """The dead letters a filter selects (ages as durations such as ``2h``), oldest first:
-    what ``dlq list``, ``replay``, ``discard`` and ``/api/dlq`` act on or print."""
+    """The dead letters a filter selects (ages as durations such as ``2h``), oldest first, at
+    most ``MAX_DOCUMENT`` of them (``dlq show`` and the web's pages of one dead letter)."""
     return selected(engine, choose(engine, schedule, task, older_than, newer_than, ids))
 
 
-def selected(engine: Engine, chosen: DeadFilter, limit: int = 100_000,
+def listing(engine: Engine, chosen: DeadFilter, limit: int | None = None,
+            offset: int = 0) -> list[dict]:
+    """``dlq list`` and ``/api/dlq``: the whole selection from the ``offset``-th, or ``limit``
+    of it. A whole selection past ``MAX_DOCUMENT`` is refused, saying how many there are,
+    rather than cut short without a word."""
+    if limit is None:
+        with translate_errors("counting dead letters"), engine.connect() as conn:
+            total = sum(db_outbox.outbox_dead_tasks(conn, chosen).values())
+        if total - offset > MAX_DOCUMENT:
+            raise UsageError(
+                f"the filter selects {total} dead letters, more than the {MAX_DOCUMENT} one "
+                "list holds: narrow it (schedule, task, age) or ask for a page (limit and "
+                "offset)")
+        limit = MAX_DOCUMENT
+    return selected(engine, chosen, limit, offset)
+
+
+def selected(engine: Engine, chosen: DeadFilter, limit: int = MAX_DOCUMENT,
              offset: int = 0) -> list[dict]:
     """A filter's dead letters, oldest first, ``limit`` of them from the ``offset``-th."""
     with translate_errors("reading dead letters"), engine.connect() as conn:
@@ -101,12 +122,11 @@ def dumps(doc: Any) -> str:
     return json.dumps(doc, indent=2)
 
 
-def tasks_touched(rows: list[dict]) -> dict[str, int]:
-    """How many of the selected jobs each task has (what a replay or discard states)."""
-    tasks: dict[str, int] = {}
-    for r in rows:
-        tasks[r["task"]] = tasks.get(r["task"], 0) + 1
-    return dict(sorted(tasks.items()))
+def selection(engine: Engine, chosen: DeadFilter) -> DeadSelection:
+    """The whole of a filter's selection: ids and count per task, no row's text (what ``dlq
+    replay`` and ``discard`` state and act on, however many)."""
+    with translate_errors("reading dead letters"), engine.connect() as conn:
+        return db_outbox.outbox_dead_selection(conn, chosen)
 
 
 def apply(engine: Engine, verb: str, ids: list[int]) -> list[int]:
@@ -144,10 +164,9 @@ def confirm_digest(verb: str, chosen: DeadFilter, selection: DeadSelection) -> s
 
 
 def confirmation(engine: Engine, verb: str, chosen: DeadFilter, sample: int) -> Confirmation:
-    with translate_errors("reading dead letters"), engine.connect() as conn:
-        selection = db_outbox.outbox_dead_selection(conn, chosen)
-    return Confirmation(selection, selected(engine, chosen, sample) if selection.ids else [],
-                        confirm_digest(verb, chosen, selection))
+    whole = selection(engine, chosen)
+    return Confirmation(whole, selected(engine, chosen, sample) if whole.ids else [],
+                        confirm_digest(verb, chosen, whole))
 
 
 def apply_confirmed(engine: Engine, verb: str, chosen: DeadFilter, digest: str,

@@ -212,7 +212,17 @@ def register(app: Flask) -> None:
 
     @app.get("/api/dlq")
     def api_dlq():
-        rows = dead_letters.selected(ctx().engine, dlq_filter())
+        limit, offset = request.args.get("limit"), request.args.get("offset")
+        for name, value in (("limit", limit), ("offset", offset)):
+            if value is not None and not value.isdigit():
+                abort(400, f"{name} must be a whole number")
+        if limit is not None and not 1 <= int(limit) <= dead_letters.MAX_DOCUMENT:
+            abort(400, f"limit must be from 1 to {dead_letters.MAX_DOCUMENT}")
+        try:
+            rows = dead_letters.listing(ctx().engine, dlq_filter(),
+                                        None if limit is None else int(limit), int(offset or 0))
+        except UsageError as exc:
+            abort(400, str(exc))
         return _json(dead_letters.dumps(dead_letters.list_document(rows)))
 
     @app.get(f"/api/dlq/<int(max={MAX_ID}):job_id>")

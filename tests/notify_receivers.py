@@ -169,3 +169,83 @@ class SmtpReceiver:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.controller.stop()
+
+
+class Drip:
+    """A service that answers a byte at a time, each byte well within any sink's timeout, for
+    ``lasting`` seconds ("slow drip"): HTTP (``kind="http"``: it reads the request, then drips
+    a status line and endless headers, and after ``lasting`` ends them with a 200) or SMTP
+    (``kind="smtp"``: it drips an endless multi-line greeting, then hangs up). It records when
+    each connection began and when the client let go of it (``spans``), and the requests' bodies
+    (``bodies``)."""
+
+    def __init__(self, kind: str = "http", *, every: float = 0.2, lasting: float = 60.0) -> None:
+        self.kind, self.every, self.lasting = kind, every, lasting
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.spans: list[list[float]] = []  # [began, ended] (ended: 0.0 while it lasts)
+        self.bodies: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        scheme = "smtp" if self.kind == "smtp" else "http"
+        return f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        span = [time.monotonic(), 0.0]
+        self.spans.append(span)
+        with conn, contextlib.suppress(OSError):
+            if self.kind == "http":
+                self.bodies.append(self._read_request(conn))
+                head = b"HTTP/1.1 200 OK\r\n"
+                line = b"X-Drip: a\r\n"
+            else:
+                head, line = b"", b"220-drip\r\n"
+            end = span[0] + self.lasting
+            stream = head
+            while time.monotonic() < end:
+                if not stream:
+                    stream = line
+                conn.sendall(stream[:1])
+                stream = stream[1:]
+                time.sleep(self.every)
+            if self.kind == "http":
+                conn.sendall(stream + b"\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(5)
+            while conn.recv(65536):
+                pass
+        span[1] = time.monotonic()
+
+    @staticmethod
+    def _read_request(conn: socket.socket) -> bytes:
+        data = b""
+        conn.settimeout(10)
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(h.split(b":", 1)[1]) for h in head.split(b"\r\n")
+                       if h.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        conn.settimeout(None)
+        return body
+
+    def close(self) -> None:
+        self.sock.close()

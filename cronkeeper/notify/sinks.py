@@ -18,6 +18,7 @@ import http.client
 import inspect
 import json
 import smtplib
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cronkeeper import __version__
+from cronkeeper.notify.deadline import Deadline
 from cronkeeper.notify.messages import (
     SIGNATURE_HEADER,
     Message,
@@ -54,7 +56,7 @@ def send(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
     """Deliver ``message`` to ``sink`` (secrets read from ``environ``), or raise SendError."""
     if sink.kind is SinkKind.SLACK:
         body = json.dumps(slack_body(message), ensure_ascii=False).encode()
-        post(_secret(sink, "url_env", environ), body, {}, sink.timeout)
+        post(_secret(sink, "url_env", environ), body, {}, sink.timeout, name=_named(sink))
     elif sink.kind is SinkKind.WEBHOOK:
         url = sink.get("url") or _secret(sink, "url_env", environ)
         body = webhook_body(message)
@@ -62,11 +64,15 @@ def send(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
                    "X-Cronkeeper-Notification": str(message.id)}
         if sink.get("secret_env"):
             headers[SIGNATURE_HEADER] = signature(body, _secret(sink, "secret_env", environ))
-        post(url, body, headers, sink.timeout)
+        post(url, body, headers, sink.timeout, name=_named(sink))
     elif sink.kind is SinkKind.EMAIL:
         send_mail(sink, message, environ)
     else:
         send_apprise(sink, message, environ)
+
+
+def _named(sink: Sink) -> str:
+    return f"sink '{sink.name}'"
 
 
 def _secret(sink: Sink, key: str, environ: Mapping[str, str]) -> str:
@@ -78,39 +84,55 @@ def _secret(sink: Sink, key: str, environ: Mapping[str, str]) -> str:
     return value
 
 
-def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
-    """POST ``body`` as JSON; a 2xx answer is success."""
+def post(url: str, body: bytes, headers: dict[str, str], timeout: float, *,
+         name: str = "sink") -> None:
+    """POST ``body`` as JSON; a 2xx answer is success. ``timeout`` bounds the whole request."""
     request = urllib.request.Request(url, data=body, method="POST", headers={
         "Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT, **headers})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only
-            response.read(4096)
-    except urllib.error.HTTPError as exc:
-        detail = _answer(exc)
-        retry = exc.code >= 500 or exc.code in RETRY_STATUSES
-        raise SendError(f"HTTP {exc.code} from {_where(url)}{detail}", permanent=not retry) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SendError(f"{_where(url)}: {reason}") from None
-    except http.client.HTTPException as exc:  # not HTTP (a wrong port), or an answer cut short
-        raise SendError(f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
-                        f"{str(exc)[:200]}") from None
+    _fetch(request, timeout, name, refusals=True)
 
 
-def get(url: str, timeout: float, headers: dict[str, str] | None = None) -> None:
-    """GET ``url`` (the heartbeat ping); a 2xx answer is success, anything else SendError."""
+def get(url: str, timeout: float, headers: dict[str, str] | None = None, *,
+        name: str = "heartbeat ping") -> None:
+    """GET ``url`` (the heartbeat ping); a 2xx answer is success, anything else SendError.
+    ``timeout`` bounds the whole request."""
     request = urllib.request.Request(url, method="GET", headers={"User-Agent": USER_AGENT,
                                                                  **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only
-            response.read(4096)
-    except urllib.error.HTTPError as exc:
-        raise SendError(f"HTTP {exc.code} from {_where(url)}{_answer(exc)}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise SendError(f"{_where(url)}: {getattr(exc, 'reason', exc)}") from None
-    except http.client.HTTPException as exc:
-        raise SendError(f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
-                        f"{str(exc)[:200]}") from None
+    _fetch(request, timeout, name, refusals=False)
+
+
+def _fetch(request: urllib.request.Request, timeout: float, name: str, *,
+           refusals: bool) -> None:
+    """Send ``request`` and read the start of its answer, all within ``timeout``
+    (``deadline.py``); ``refusals``: an HTTP 4xx but 408, 425, 429 is a refusal for good."""
+    url = request.full_url
+    with Deadline(timeout) as deadline:
+        try:
+            with deadline.opener(_tls()).open(request) as response:
+                response.read(4096)
+            return
+        except urllib.error.HTTPError as exc:
+            if not deadline.expired:
+                detail = _answer(exc)  # read within the deadline too
+                retry = exc.code >= 500 or exc.code in RETRY_STATUSES
+                raise SendError(f"HTTP {exc.code} from {_where(url)}{detail}",
+                                permanent=refusals and not retry) from None
+            error = ""
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            error = f"{_where(url)}: {getattr(exc, 'reason', exc)}"
+        except http.client.HTTPException as exc:  # not HTTP (a wrong port), or cut short
+            error = (f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
+                     f"{str(exc)[:200]}")
+    if deadline.expired:  # whatever the cut socket raised: the time ran out
+        raise SendError(deadline.passed(f"{name} ({_where(url)})"))
+    raise SendError(error)
+
+
+def _tls() -> ssl.SSLContext:
+    """The context ``urlopen`` would use (the system's CAs, HTTP/1.1 by ALPN)."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    return context
 
 
 def _where(url: str) -> str:
@@ -148,41 +170,70 @@ def send_mail(sink: Sink, message: Message, environ: Mapping[str, str]) -> None:
     password = _secret(sink, "password_env", environ) if sink.get("password_env") else None
     mail = email_message(message, sender=sink.get("from"), to=to, sink=sink.name)
     where = f"{url.scheme}://{url.hostname}:{port}"
-    try:
-        if secure:
-            client: smtplib.SMTP = smtplib.SMTP_SSL(url.hostname or "", port, timeout=sink.timeout,
-                                                    context=context)
-        else:
-            client = smtplib.SMTP(url.hostname or "", port, timeout=sink.timeout)
-        with client:
-            client.ehlo()
-            if not secure and client.has_extn("starttls"):
-                client.starttls(context=context)
+    with Deadline(sink.timeout) as deadline:  # the whole conversation (deadline.py)
+        try:
+            client: smtplib.SMTP = (
+                _SmtpSsl(deadline, url.hostname or "", port, context) if secure
+                else _Smtp(deadline, url.hostname or "", port))
+            with client:
                 client.ehlo()
-                secure = True
-            if user is not None:
-                if not secure:
-                    raise SendError(f"{where} offers no STARTTLS: refusing to send the password "
-                                    "in the clear (use smtps://, or a server that offers it)",
-                                    permanent=True)
-                client.login(user, password or "")
-            client.send_message(mail, from_addr=sink.get("from"), to_addrs=to)
-    except SendError:
-        raise
-    except smtplib.SMTPRecipientsRefused as exc:
+                if not secure and client.has_extn("starttls"):
+                    client.starttls(context=deadline.context(context))
+                    client.ehlo()
+                    secure = True
+                if user is not None:
+                    if not secure:
+                        raise SendError(f"{where} offers no STARTTLS: refusing to send the "
+                                        "password in the clear (use smtps://, or a server that "
+                                        "offers it)", permanent=True)
+                    client.login(user, password or "")
+                client.send_message(mail, from_addr=sink.get("from"), to_addrs=to)
+            return
+        except SendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - what the cut socket raised, or _mail_error's
+            if not deadline.expired:
+                raise _mail_error(exc, where) from None
+    raise SendError(deadline.passed(f"{_named(sink)} ({where})"))
+
+
+class _Smtp(smtplib.SMTP):
+    """smtplib.SMTP whose socket is watched by ``deadline`` from the greeting on."""
+
+    def __init__(self, deadline: Deadline, host: str, port: int) -> None:
+        self.deadline = deadline
+        super().__init__(host, port, timeout=deadline.remaining())
+
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        return self.deadline.connect((host, port), timeout, self.source_address)
+
+
+class _SmtpSsl(smtplib.SMTP_SSL):
+    """smtplib.SMTP_SSL whose TLS socket is watched from its handshake on."""
+
+    def __init__(self, deadline: Deadline, host: str, port: int,
+                 context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=deadline.remaining(),
+                         context=deadline.context(context))
+
+
+def _mail_error(exc: Exception, where: str) -> Exception:
+    """The SendError an SMTP failure is: a 5xx or a certificate is for good, else retried
+    (anything unforeseen goes on as it is: the sender retries it)."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
         codes = [code for code, _ in exc.recipients.values()]
-        raise SendError(f"{where} refused the recipients: {_smtp_codes(exc.recipients)}",
-                        permanent=all(code >= 500 for code in codes)) from None
-    except smtplib.SMTPResponseException as exc:
+        return SendError(f"{where} refused the recipients: {_smtp_codes(exc.recipients)}",
+                         permanent=all(code >= 500 for code in codes))
+    if isinstance(exc, smtplib.SMTPResponseException):
         said = exc.smtp_error.decode("utf-8", "replace") if isinstance(exc.smtp_error, bytes) \
             else str(exc.smtp_error)
-        raise SendError(f"{where}: {exc.smtp_code} {said}",
-                        permanent=exc.smtp_code >= 500) from None
-    except ssl.SSLCertVerificationError as exc:
-        raise SendError(f"{where}: the server's certificate does not verify ({exc.verify_message};"
-                        " ca_file names a CA to trust)", permanent=True) from None
-    except (TimeoutError, smtplib.SMTPException, OSError) as exc:
-        raise SendError(f"{where}: {type(exc).__name__}: {exc}") from None
+        return SendError(f"{where}: {exc.smtp_code} {said}", permanent=exc.smtp_code >= 500)
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return SendError(f"{where}: the server's certificate does not verify "
+                         f"({exc.verify_message}; ca_file names a CA to trust)", permanent=True)
+    if isinstance(exc, (TimeoutError, smtplib.SMTPException, OSError)):
+        return SendError(f"{where}: {type(exc).__name__}: {exc}")
+    return exc
 
 
 def _smtp_codes(refused: dict) -> str:

@@ -41,7 +41,7 @@ SLOW_MODULES = frozenset({
     "test_web_connections", "test_web_dlq_flood", "test_web_http", "test_web_inputs", "test_web_outage", "test_worker_chaos", "test_worker_commands", "test_worker_connections",
     "test_worker_idempotency", "test_worker_isolation", "test_worker_lost_connection",
     "test_worker_pg_restart", "test_worker_pid_one", "test_worker_process", "test_worker_wakeups", "test_notify_daemons",
-    "test_notify_faults",
+    "test_notify_faults", "test_notify_deadline",
     "test_runtime_daemon", "test_runtime_unreadable"
 })
 

@@ -8,8 +8,11 @@ Slack hook), an SMTP 5xx (no such mailbox), a missing recipient or secret, a cer
 does not verify are not: they need someone to fix the config, and are counted and logged at
 once (docs/notifications.md, "When a notification cannot be sent").
 
+A sink's ``timeout`` bounds its whole request (for e-mail, the whole conversation), not each
+read (``deadline.py``): a server that answers a byte at a time fails at it, retried.
+
 Only the standard library for the three kinds of our own (urllib, smtplib, ssl); Apprise is
-imported when an ``apprise`` sink sends.
+imported when an ``apprise`` sink sends (bounded only as Apprise bounds its services).
 """
 
 from __future__ import annotations

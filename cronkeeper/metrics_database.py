@@ -3,11 +3,21 @@ that every instance reports the same truth: outbox depth by state, age of the ol
 dead letters, jobs waiting to retry, attempts started (fleet-wide), notifications waiting, live
 instances, schedule digest and tzdata disagreement; and, per schedule
 (``metrics_schedules.ScheduleFamilies``), last and next fire, the run-time figures and periods
-missing in the last hour."""
+missing in the last hour.
+
+Scrapes share one read: the read takes one connection from the process's own pool (the one
+its real work uses: a worker's claims and endings, a relay's publishing, the daemon's
+housekeeping), so each scrape reading for itself let a burst of scrapes on a slow or locked
+database take them all, and the work waited on the pool. One read runs at a time; a scrape
+arriving meanwhile waits for it and answers with its result, as does one arriving within
+``REUSE_SECONDS`` after it ended. The read gives up on a lock after ``LOCK_WAIT_SECONDS`` and
+on any statement after ``STATEMENT_SECONDS`` (``cronkeeper_database_up 0``).
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -20,6 +30,10 @@ from cronkeeper.outage import OutageReport
 
 log = logging.getLogger("cronkeeper.metrics")
 
+REUSE_SECONDS = 1.0  # a read's result answers the scrapes of this long after it ended
+LOCK_WAIT_SECONDS = 5.0  # a read waiting this long for a lock (DDL, VACUUM FULL) gives up
+STATEMENT_SECONDS = 30.0  # and any statement of it after this (a scrape_timeout's worth)
+
 
 class DatabaseCollector(ScheduleFamilies):
     """Queue and fleet figures read from the database on each scrape (a few index scans)."""
@@ -29,12 +43,30 @@ class DatabaseCollector(ScheduleFamilies):
         super().__init__(engine, cluster, audit=audit)
         self.live_within = live_within
         self._outage = OutageReport()
+        self._flight = threading.Lock()  # held by the one read under way
+        self._read: list = []
+        self._read_at = -1e18
+        self._read_audits = 0  # the audits finished when it was read
 
     def collect(self) -> Iterable:
-        from cronkeeper.db.sessions import session_utc
+        """The database's families: those of the read that ended within REUSE_SECONDS, or of
+        the one under way (waited for), or a new read's (also once an audit has finished since:
+        its counts are news). However many scrapes arrive at once, they hold at most one of the
+        pool's connections."""
+        with self._flight:
+            audits = self.audits
+            if clock.monotonic() - self._read_at >= REUSE_SECONDS or audits != self._read_audits:
+                self._read = self._read_database()
+                self._read_at, self._read_audits = clock.monotonic(), audits
+            return self._read
+
+    def _read_database(self) -> list:
+        from cronkeeper.db.sessions import session_limits, session_utc
 
         try:
             with self.engine.connect() as conn:
+                session_limits(conn, statement_seconds=STATEMENT_SECONDS,
+                               lock_seconds=LOCK_WAIT_SECONDS)
                 now = session_utc(conn)
                 families = self._families(conn, now)
                 conn.rollback()

@@ -56,6 +56,7 @@ class MissingFamily(Collector):
         self._auditing = False
         self._audit_names: list[str] | None = None  # the schedules the next audit covers
         self.audited = threading.Event()  # set once an audit has finished: counts are known
+        self.audits = 0  # audits finished: a read older than the last one lacks its counts
         self._missing: dict[tuple[str, str], int] = {}
         self._logged: set[tuple[str, str]] = set()
         self._warned: set[str] = set()
@@ -145,6 +146,7 @@ class MissingFamily(Collector):
         with self._lock:
             self._missing = missing
             self._auditing, self._audit_at = False, clock.monotonic()
+            self.audits += 1
             if len(self._logged) > 100_000:
                 self._logged.clear()
         self.audited.set()

@@ -50,6 +50,18 @@ def session_jit_off(conn: sa.Connection | psycopg.Connection) -> None:
     driver(conn).execute("SET LOCAL jit = off")
 
 
+def session_limits(conn: sa.Connection | psycopg.Connection, *, statement_seconds: float,
+                   lock_seconds: float) -> None:
+    """For the rest of this transaction, each statement is cancelled after ``statement_seconds``
+    and a wait for a lock after ``lock_seconds`` (``SET LOCAL``: the pooled connection goes
+    back without them). A reader that must answer in time (a metrics scrape) then gets an error
+    instead of holding its connection for as long as the database is slow or a lock is held."""
+    driver(conn).execute(
+        "SELECT set_config('statement_timeout', %(statement)s, true), "
+        "set_config('lock_timeout', %(lock)s, true)",
+        {"statement": f"{int(statement_seconds * 1000)}", "lock": f"{int(lock_seconds * 1000)}"})
+
+
 def session_snapshot(conn: sa.Connection | psycopg.Connection) -> None:
     """The rest of this transaction reads one snapshot (REPEATABLE READ, read only): a page
     that reads the same periods twice (a state filter, then the shown strips) sees them

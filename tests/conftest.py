@@ -32,7 +32,7 @@ SLOW_MODULES = frozenset({
     "test_daemon_resilience",
     "test_daemon_split_brain", "test_daemon_stall", "test_dlq", "test_dlq_flood", "test_summaries_daemon",
     "test_engine", "test_enqueue", "test_job_output", "test_history_acceptance", "test_metrics_daemon",
-    "test_metrics_worker", "test_packaging", "test_pg_failover", "test_pooler",
+    "test_metrics_scrape_storm", "test_metrics_worker", "test_packaging", "test_pg_failover", "test_pooler",
     "test_quickstart", "test_relay", "test_relay_bullmq", "test_relay_celery",
     "test_relay_config", "test_relay_rq", "test_relay_sidekiq", "test_relay_targets_e2e",
     "test_relay_targets_validate", "test_roles", "test_rolling_upgrade", "test_rules", "test_runtimes",

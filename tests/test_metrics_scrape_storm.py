@@ -62,11 +62,13 @@ def worker(database_url, schema):
 
 
 def _blocked_scrapes(engine) -> int:
-    """The worker's backends waiting for the test's lock: only the metrics read waits there."""
+    """The worker's backends waiting for the test's lock on this schema's ``leadership``: only
+    the metrics read waits there (other tests' processes share the database, not the table)."""
     with engine.connect() as conn:
         return conn.execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'cronkeeper-worker' "
-            "AND wait_event_type = 'Lock' AND datname = current_database()")).scalar_one()
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE NOT l.granted AND l.relation = 'leadership'::regclass "
+            "AND a.application_name = 'cronkeeper-worker'")).scalar_one()
 
 
 def test_a_scrape_storm_on_a_locked_table_leaves_the_worker_its_pool(engine, schema, worker):

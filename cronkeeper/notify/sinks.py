@@ -122,7 +122,13 @@ def _fetch(request: urllib.request.Request, timeout: float, name: str, *,
                                 permanent=refusals and not retry) from None
             error = ""
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            error = f"{_where(url)}: {getattr(exc, 'reason', exc)}"
+            reason = getattr(exc, "reason", exc)
+            if isinstance(reason, ssl.SSLCertVerificationError) and not deadline.expired:
+                raise SendError(f"{_where(url)}: the server's certificate does not verify "
+                                f"({reason.verify_message}; a private CA is trusted through "
+                                "SSL_CERT_FILE in the process's environment)",
+                                permanent=True) from None
+            error = f"{_where(url)}: {reason}"
         except http.client.HTTPException as exc:  # not HTTP (a wrong port), or cut short
             error = (f"{_where(url)}: not an HTTP answer: {type(exc).__name__}: "
                      f"{str(exc)[:200]}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import threading
 from typing import Any
 from urllib.parse import urlencode
 
@@ -16,9 +17,10 @@ from flask import Flask, Response, g, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from cronkeeper import __version__
+from cronkeeper import __version__, clock
 from cronkeeper.errors import CronkeeperError, DatabaseError
 from cronkeeper.operations.leadership import leaderless
+from cronkeeper.outage import Repeats
 from cronkeeper.output import escape_text
 from cronkeeper.web import security
 from cronkeeper.web.context import Context, login_redirect
@@ -99,9 +101,11 @@ def create_app(context: Context) -> Flask:
     def cronkeeper_error(exc: CronkeeperError):
         return _error(400, str(exc))
 
+    crashes = Crashes()
+
     @app.errorhandler(Exception)
     def crash(exc: Exception):
-        log.exception("web: internal error", extra={"action": "web_error"})
+        crashes.say(exc)
         return _error(500, f"internal error ({type(exc).__name__}); see the server's log")
 
     from cronkeeper.web import actions, routes
@@ -109,6 +113,27 @@ def create_app(context: Context) -> Flask:
     routes.register(app)
     actions.register(app)
     return app
+
+
+class Crashes:
+    """A page's internal error (a bug), said at ERROR with its traceback the first time, then
+    once a minute while the same error recurs on the same page, with how many (SPEC §10: not a
+    flood): a dashboard refreshing a broken page every few seconds in several tabs wrote a
+    traceback per request. The same error: the page's endpoint, the exception's type and the
+    line that raised it (``outage.Repeats``)."""
+
+    def __init__(self) -> None:
+        self._repeats = Repeats()
+        self._lock = threading.Lock()  # the server's threads share it
+
+    def say(self, exc: Exception) -> None:
+        with self._lock:
+            notice = self._repeats.failed(request.endpoint or "?", exc, clock.monotonic())
+        if notice is not None:
+            log.error("web: internal error on %s %s: %s: %s (this is a bug in cronkeeper; said "
+                      "once a minute while it repeats: %d times in %.0fs)", request.method,
+                      request.path, type(exc).__name__, exc, notice.failures, notice.lasted,
+                      exc_info=exc if notice.first else None, extra={"action": "web_error"})
 
 
 def wsgi(context: Context):

@@ -165,3 +165,32 @@ def test_window_past_retention_says_so(database_url, schema, seeded):
     assert doc["notes"] and "retention horizon" in doc["notes"][0]
     table = history(database_url, schema, "beta", "--since", "500d")
     assert "note: the window starts before the retention horizon" in table.stdout
+
+
+@pytest.mark.parametrize("days,zone", [(400.0, "America/New_York"), (399.5, "UTC")])
+def test_pruning_removes_exactly_what_the_audit_no_longer_looks_at(database_url, schema, engine,
+                                                                   days, zone):
+    """The audit starts at now - days (exact seconds); prune must cut periods there too, in
+    whatever time zone the leader's session has (calendar days across a DST change are an hour
+    off) and for a fraction of a day: a period pruned inside the audited window is "missing"."""
+    from cronkeeper.db.prune import prune
+
+    with engine.begin() as conn:
+        now = conn.execute(sa.text("SELECT clock_timestamp()")).scalar_one()
+        horizon = (now - timedelta(days=days)).replace(microsecond=0)
+        v = add_version(conn, spec("old", 60), "old", horizon - timedelta(minutes=31))
+        add_version(conn, None, "old", horizon + timedelta(minutes=31))
+        first = horizon - timedelta(minutes=30, seconds=horizon.second)
+        for n in range(62):  # every minute the version implies, each decided when due
+            add_period(conn, "old", v, first + timedelta(minutes=n), "emitted", lag=0.5)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"SET LOCAL TimeZone = '{zone}'")
+        prune(conn.connection.driver_connection, jobs_days=14, periods_days=days, batch=1000)
+        kept = conn.execute(sa.text("SELECT min(scheduled_for), count(*) FROM periods")).one()
+    # a minute's slack either side: the clock moved between the reads
+    assert horizon - timedelta(minutes=1) <= kept[0] <= horizon + timedelta(minutes=1), kept
+    r = history(database_url, schema, "old", "--since", "500d", "--retention-days", str(days),
+                "--format", "json")
+    summary = json.loads(r.stdout)["summary"][0]
+    assert (summary["missing"], r.exit_code) == (0, 0), summary
+    assert summary["emitted"] >= 29

@@ -585,3 +585,18 @@ def test_without_warnings_the_errors_and_specs_are_the_same(tmp_path):
         "no 'owner': nobody will be alerted about its dead letters and missed periods"]  # fmt: skip
     assert quiet.warnings == [] and quiet.errors == full.errors and len(quiet.errors) == 1
     assert quiet.schedules == full.schedules and set(quiet.schedules.by_name()) == {"job"}
+
+
+def test_a_grace_below_a_second_with_misfire_skip_is_an_error(tmp_path):
+    """With grace 0 and misfire skip, every period was skipped as a misfire (the leader decides
+    a period milliseconds after it is due): a schedule that validated and never fired (seen on
+    a real daemon: `every = "1s"`, 7 periods, 7 skipped, 0 emitted)."""
+    d = error(tmp_path, GOOD + 'grace = "0s"\n')
+    assert d.line == 7
+    assert d.message.startswith('grace must be at least 1s with misfire = "skip"')
+    assert "would never fire" in d.message and 'misfire = "latest"' in d.message
+    for fine in ('grace = "1s"\n', 'grace = "2m"\n'):  # from a second up: as before
+        assert load(tmp_path, GOOD + fine).valid
+    for misfire in ("latest", "catch_up"):  # late periods still run: grace only classifies them
+        other = with_line(GOOD, 'misfire = "skip"', f'misfire = "{misfire}"')
+        assert load(tmp_path, other + 'grace = "0s"\n').valid

@@ -9,7 +9,8 @@ Rules (docs/schedules.md is the reference):
   value would be silently ignored, and whoever wrote it believes missed periods are caught up;
 - ``permanent_exit_codes`` on a ``task`` schedule is an error for the same reason;
 - ``every`` is a whole number of seconds, at least 1 s; ``timeout`` and ``backoff.base`` are
-  greater than zero; ``grace``, ``jitter`` and ``catch_up_limit`` at least zero (the last greater);
+  greater than zero; ``grace``, ``jitter`` and ``catch_up_limit`` at least zero (the last greater;
+  ``grace`` at least 1 s with ``misfire = "skip"``, which would otherwise skip every period);
   ``backoff.max`` at least ``backoff.base``; ``1 <= backoff.factor <= 100``;
   ``1 <= max_attempts <= 1000``; every duration at most 3660 days; ``output_limit`` a size
   (``"64KiB"``) of at most 1 MiB (``"0B"`` keeps nothing);
@@ -61,6 +62,7 @@ _KNOWN_KEYS = frozenset(KEYS)
 BACKOFF_KEYS = ("base", "factor", "max")
 MAX_ATTEMPTS_LIMIT = 1000
 MAX_BACKOFF_FACTOR = 100.0
+MIN_SKIP_GRACE = 1.0  # below it, with misfire "skip", every period is decided too late
 
 
 def unknown_key_message(key: str, known: tuple[str, ...], where: str = "") -> str:
@@ -218,6 +220,11 @@ def check_table(
         return result
 
     grace = dur("grace", DEFAULT_GRACE)
+    if misfire is Misfire.SKIP and grace < MIN_SKIP_GRACE:
+        err(f"grace must be at least {MIN_SKIP_GRACE:g}s with misfire = \"skip\": the leader "
+            "decides a period a few milliseconds after it is due at the earliest, so every "
+            "period would be skipped as a misfire and the schedule would never fire (use "
+            "misfire = \"latest\" to run late periods)", "grace")
     jitter = dur("jitter", DEFAULT_JITTER)
     timeout = dur("timeout", DEFAULT_TIMEOUT, strict=True)
 

@@ -194,3 +194,15 @@ def test_pruning_removes_exactly_what_the_audit_no_longer_looks_at(database_url,
     summary = json.loads(r.stdout)["summary"][0]
     assert (summary["missing"], r.exit_code) == (0, 0), summary
     assert summary["emitted"] >= 29
+
+
+def test_a_horizon_past_what_the_leader_keeps_is_refused(database_url, schema, monkeypatch):
+    """The leader prunes period outcomes at 400 days whatever history is told; a longer
+    ``--retention-days`` (or its environment variable, which the daemon never read) made
+    history report the pruned periods as missing. Refused, naming the range."""
+    r = history(database_url, schema, "--since", "700d", "--retention-days", "800")
+    assert r.exit_code == 2 and "1<=x<=400" in r.output, r.output
+    monkeypatch.setenv("CRONKEEPER_RETENTION_PERIODS_DAYS", "800")
+    assert history(database_url, schema, "--since", "700d").exit_code == 2
+    monkeypatch.setenv("CRONKEEPER_RETENTION_PERIODS_DAYS", "30")  # nearer: as before
+    assert history(database_url, schema, "--since", "700d").exit_code == 0

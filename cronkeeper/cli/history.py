@@ -73,9 +73,12 @@ def render_table(result: Audit) -> str:
 @format_option
 @click.option("--fail-on", "fail_on", type=click.Choice(["dead"]), multiple=True,
               help="Also exit 1 when a period's job is dead.")
-@click.option("--retention-days", envvar="CRONKEEPER_RETENTION_PERIODS_DAYS", type=float,
-              default=DEFAULT_RETENTION_DAYS, show_default=True,
-              help="How long the leader keeps period outcomes (the window is cut there).")
+@click.option("--retention-days", envvar="CRONKEEPER_RETENTION_PERIODS_DAYS",
+              type=click.FloatRange(1, DEFAULT_RETENTION_DAYS), default=DEFAULT_RETENTION_DAYS,
+              show_default=True,
+              help="Cut the window this far back (the leader keeps period outcomes "
+                   f"{DEFAULT_RETENTION_DAYS:g} days: a longer horizon would call the periods "
+                   "it pruned missing).")
 @click.pass_context
 def history_command(ctx, database_url, schema, cluster, names, since, until, fmt, fail_on,
                     retention_days) -> None:

@@ -34,7 +34,7 @@ SLOW_MODULES = frozenset({
     "test_engine", "test_enqueue", "test_job_output", "test_history_acceptance", "test_metrics_daemon",
     "test_metrics_scrape_storm", "test_metrics_worker", "test_packaging", "test_pg_failover", "test_pooler",
     "test_quickstart", "test_relay", "test_relay_bullmq", "test_relay_celery",
-    "test_relay_config", "test_relay_rq", "test_relay_sidekiq", "test_relay_targets_e2e",
+    "test_relay_config", "test_relay_faults", "test_relay_rq", "test_relay_sidekiq", "test_relay_targets_e2e",
     "test_relay_targets_validate", "test_roles", "test_rolling_upgrade", "test_rules", "test_runtimes",
     "test_scale", "test_sidekiq_format", "test_soak", "test_soak_checks", "test_special_files",
     "test_start_without_database", "test_systemd", "test_wake_notify", "test_web_browser",

@@ -1,8 +1,9 @@
 """What the three Redis-backed targets (RQ, Sidekiq, BullMQ) share: their settings checked by
 small rules (``check`` for ``cronkeeper validate --relay-config``, again in ``build``), route
 options checked at publish, one Redis client per target, and Redis failures translated into the
-seam's errors: an unreachable Redis is ``TargetUnavailable`` (the relay rests the target and hands
-the batch back), any other Redis failure a retryable ``PublishError``. The target id is
+seam's errors: an unreachable Redis, or one that does not answer within ``socket_timeout``, is
+``TargetUnavailable`` (the relay rests the target and hands the batch back uncounted), any other
+Redis failure a retryable ``PublishError``. The target id is
 deterministic, so a retry cannot make a second job where the first one landed.
 
 Imports no queue library at module import: validation stays light."""
@@ -121,7 +122,10 @@ def publishing(target: str, what: str) -> Iterator[None]:
 
     try:
         yield
-    except redis.ConnectionError as exc:
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        # No answer within socket_timeout (a hung or partitioned Redis) is the target's state,
+        # not the job's: counting it as an attempt dead-lettered every job in flight while
+        # Redis was merely stuck. What may have landed is republished under the same id.
         raise TargetUnavailable(f"target '{target}': {what}: Redis unreachable: {exc}") from exc
     except redis.RedisError as exc:
         raise PublishError(f"target '{target}': {what} failed: {type(exc).__name__}: {exc}") from exc

@@ -77,9 +77,11 @@ class PermanentPublishError(PublishError):
 
 
 class TargetUnavailable(PublishError):
-    """No connection to the target could be made (raise it only before anything was sent): not
-    the job's fault, so the relay hands the job back without counting an attempt and rests the
-    target before trying it again (docs/relay.md, "Failures")."""
+    """No connection to the target could be made, or the target does not answer at all within
+    its timeout: not the job's fault, so the relay hands the job back without counting an
+    attempt and rests the target before trying it again (docs/relay.md, "Failures"). A job that
+    may have landed meanwhile is republished later under the same target id (at least once).
+    Not for a failure the message itself may cause (a connection the broker closes on it)."""
 
 
 class Target(Protocol):

@@ -37,6 +37,7 @@ from cronkeeper.relay.targets.base import (
     PermanentPublishError,
     PublishError,
     RelayJob,
+    TargetUnavailable,
     bullmq_job_id,
     publish_one,
 )
@@ -143,8 +144,9 @@ class BullMQTarget:
         with r.publishing(self.name, f"{what} on {r.redacted(self.url)}"):
             try:
                 return self._loop.run(coro, self.timeout * 3)
-            except TimeoutError as exc:
-                raise PublishError(f"target '{self.name}': {what}: no answer from Redis") from exc
+            except TimeoutError as exc:  # a stuck Redis, not this job's fault (see _redis.py)
+                raise TargetUnavailable(f"target '{self.name}': {what}: no answer from Redis "
+                                        f"within {self.timeout * 3:g}s") from exc
 
     def publish(self, job: RelayJob, delivery: Delivery) -> str:
         return publish_one(self, job, delivery)

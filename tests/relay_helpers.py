@@ -218,6 +218,7 @@ class TcpProxy:
         self.up = True
         self.closed = False
         self.hold_replies = False  # broker -> client bytes wait (the broker "stops answering")
+        self.drip = 0.0  # > 0: broker -> client bytes go one at a time, this many seconds apart
         self._socks: list = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -251,6 +252,10 @@ class TcpProxy:
                     break
                 while replies and self.hold_replies and not self.closed:
                     time.sleep(0.01)
+                while replies and self.drip > 0 and data and not self.closed:
+                    dst.sendall(data[:1])  # every read the client makes gets one byte, in time
+                    data = data[1:]
+                    time.sleep(self.drip)
                 dst.sendall(data)
         except OSError:
             pass

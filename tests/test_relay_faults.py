@@ -1,19 +1,25 @@
-"""The relay against brokers that accept the connection and then stall: real PostgreSQL and a
-private redis-server behind a loopback proxy the test makes mute (the broker itself keeps
-running).
+"""The relay against brokers that accept the connection and then stall: real PostgreSQL, a real
+RabbitMQ and a private redis-server, each behind a loopback proxy the test makes slow or mute
+(the shared brokers themselves keep running).
 
 What a wrong relay would break: a Redis that stops answering (hung, partitioned) is the
-target's failure, so its jobs wait and none is dead-lettered."""
+target's failure, so its jobs wait and none is dead-lettered; a broker that answers a byte at a
+time holds no publish past half the lease, so the relay's other targets keep going, no lease
+runs out under a publish in flight, and nothing is lost once it answers again."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from conftest import scalar
 from handlers_for_tests import wait_until
 from relay_helpers import (  # noqa: F401 - private_redis is a fixture
+    AMQP_URL,
     RelayThread,
     TcpProxy,
+    delete_amqp_queue,
+    drain_amqp,
     private_redis,
     put,
     unique,
@@ -28,6 +34,13 @@ def _states(engine) -> dict[str, str]:
 
     with engine.connect() as conn:
         return dict(conn.execute(sa.text("SELECT idempotency_key, state FROM outbox")).all())
+
+
+@pytest.fixture
+def queue():
+    name = unique("ck-relay-faults")
+    yield name
+    delete_amqp_queue(name)
 
 
 def test_a_redis_that_stops_answering_dead_letters_nothing(engine, schema, private_redis, tmp_path):  # noqa: F811
@@ -71,3 +84,56 @@ target = "rq-main"
     queued = private_redis.client().lrange("rq:queue:default", 0, -1)
     assert sorted(q.decode() for q in queued) == sorted(["warm", *keys])  # RQ ids = the keys
 
+
+def test_a_dripping_broker_holds_no_publish_past_half_the_lease(engine, schema, private_redis,  # noqa: F811
+                                                                queue, tmp_path):
+    """RabbitMQ behind a proxy that hands its answers over one byte every 0.3 s: the AMQP
+    handshake alone would take minutes, each read inside the socket timeouts. The relay waits for
+    it half its lease, no more: the jobs another target (RQ, healthy) took in the same round are
+    marked published meanwhile, the Celery job goes back uncounted (not a dead letter, no lease
+    overrun), and once the broker answers normally it is published, once."""
+    proxy = TcpProxy(5672)
+    config = write_config(tmp_path, f"""
+name = "{unique('relay')}"
+lease = "8s"
+poll_interval = "0.05s"
+[targets.celery-main]
+kind = "celery"
+broker = "amqp://guest:guest@127.0.0.1:{proxy.port}//"
+[targets.rq-main]
+kind = "rq"
+redis = "{private_redis.url}"
+[[routes]]
+tasks = ["billing.*"]
+target = "celery-main"
+queue = "{queue}"
+[[routes]]
+tasks = ["relay_consumers.*"]
+target = "rq-main"
+""")
+    fast = [f"fast-{i}" for i in range(3)]
+    try:
+        proxy.drip = 0.3
+        put(engine, schema, "billing.slow", {}, key="slow", max_attempts=1, **FAST)
+        for key in fast:
+            put(engine, schema, "relay_consumers.record", {}, key=key, max_attempts=1)
+        with RelayThread(engine, schema, config) as relay:
+            wait_until(lambda: {_states(engine)[k] for k in fast} == {"published"}, timeout=40,
+                       message="the healthy target's jobs marked while the other drips")
+            assert _states(engine)["slow"] in ("available", "running")
+            wait_until(lambda: relay.relay.stats["deferred"] >= 1, timeout=40,
+                       message="the dripping target's job handed back")
+            more = [f"fast-more-{i}" for i in range(3)]
+            for key in more:
+                put(engine, schema, "relay_consumers.record", {}, key=key, max_attempts=1)
+            wait_until(lambda: {_states(engine)[k] for k in more} == {"published"}, timeout=40,
+                       message="the healthy target keeps going")
+            proxy.drip = 0.0
+            wait_until(lambda: _states(engine)["slow"] == "published", timeout=120,
+                       message="published once the broker answers")
+        assert not relay.thread.is_alive(), "the relay did not stop"
+    finally:
+        proxy.close()
+    assert scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'dead'") == 0
+    assert scalar(engine, "SELECT count(*) FROM attempts WHERE outcome = 'retry'") == 0
+    assert [h["id"] for h, _ in drain_amqp(queue, expect=1)] == ["slow"]

@@ -119,7 +119,13 @@ class Relay:
         self._claimer.shutdown(wait=True)
         self.recorder.finish()
         recorder.join(cfg.lease)
-        for target in self.targets.values():
+        for name, target in self.targets.items():
+            if self.publisher.lanes.stuck(name):
+                # its call still holds the connection (and Celery's lock): closing would wait
+                # for it; the process exits without it
+                log.warning("target not closed: target=%s: a call has not answered yet", name,
+                            extra={"action": "target_close_skipped"})
+                continue
             try:
                 target.close()
             except Exception as exc:  # noqa: BLE001 - closing must not hide the stop

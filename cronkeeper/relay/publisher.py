@@ -3,7 +3,9 @@ matches it (docs/relay.md); the round's outcomes go to the recorder (``relay.rec
 
 - Targets that take a batch in one round trip (``publish_many``) get this round's jobs at once.
 - A job is published only while the claim's lease is comfortably ahead: past a third of it the
-  rest of the batch goes back uncounted.
+  rest of the batch goes back uncounted. Each call to a target runs on that target's own thread
+  and is waited for until half the lease (``relay.lanes``): a call still running then is the
+  target's failure (its jobs go back uncounted, the target rests).
 - A target that cannot be connected to rests (0.5 s doubling to 30 s); its jobs go back
   uncounted meanwhile. A refused publish is a failed attempt, judged by the worker's policy
   (``cronkeeper.endings``): permanent at once, else retried with backoff until the cap.
@@ -22,6 +24,7 @@ from cronkeeper.db.outbox_claims import OutboxJob
 from cronkeeper.db.outbox_endings import Failure
 from cronkeeper.endings import Ending, Kind, next_state
 from cronkeeper.relay.config import RelayConfig, Route
+from cronkeeper.relay.lanes import Lanes
 from cronkeeper.relay.recorder import RoundResult
 from cronkeeper.relay.targets.base import (
     BatchPublisher,
@@ -45,6 +48,7 @@ class Publisher:
         self._rest = {name: ReconnectBackoff() for name in targets}
         self.rand = random.Random()
         self.published = 0
+        self.lanes = Lanes(list(targets))
 
     def resting(self) -> list[str]:
         """The targets resting now (they could not be connected to)."""
@@ -58,8 +62,11 @@ class Publisher:
         # broker, a huge batch) the rest goes back uncounted rather than risk another relay
         # reclaiming, and republishing, jobs this one is still sending or marking. Jobs a target
         # already took in one batch (publish_many) are booked as published whatever the time.
+        # Each call to a target is waited for until half the lease (relay.lanes): a broker that
+        # answers a byte at a time cannot hold a publish past the lease, nor the relay with it.
         cutoff = claimed_at + self.config.lease / 3
-        ahead = self._publish_ahead(jobs, cutoff)
+        deadline = claimed_at + self.config.lease / 2
+        ahead = self._publish_ahead(jobs, cutoff, deadline)
         cut = 0
         for job in jobs:
             done = ahead.get(job.id)
@@ -81,8 +88,9 @@ class Publisher:
             try:
                 if isinstance(done, PublishError):
                     raise done
-                target_id = done if done is not None else target.publish(_relay_job(job, self.skew),
-                                                                         _delivery(route))
+                target_id = done if done is not None else self.lanes.call(
+                    route.target, deadline, target.publish, _relay_job(job, self.skew),
+                    _delivery(route))
             except TargetUnavailable as exc:
                 # Not this job's fault: hand it back uncounted and rest the target.
                 m.relay_failed(route.target)
@@ -114,8 +122,8 @@ class Publisher:
                         self.config.lease, extra={"action": "batch_cut_short"})
         return out
 
-    def _publish_ahead(self, jobs: list[OutboxJob],
-                       cutoff: float) -> dict[int, str | PublishError]:
+    def _publish_ahead(self, jobs: list[OutboxJob], cutoff: float,
+                       deadline: float) -> dict[int, str | PublishError]:
         """For targets that publish a batch in one round trip (``publish_many``), publish this
         round's jobs of each such target at once; the per-job loop then books each outcome as if
         it had published the job itself. A failure of the whole call is the first job's outcome
@@ -134,7 +142,8 @@ class Publisher:
         ahead: dict[int, str | PublishError] = {}
         for name, batch in batches.items():
             try:
-                found = cast(BatchPublisher, self.targets[name]).publish_many(
+                found = self.lanes.call(
+                    name, deadline, cast(BatchPublisher, self.targets[name]).publish_many,
                     [(_relay_job(job, self.skew), _delivery(route)) for job, route in batch])
             except TargetUnavailable as exc:
                 ahead[batch[0][0].id] = exc

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from cronkeeper.relay.lanes import given_up
 from cronkeeper.relay.targets.base import (
     Completion,
     Delivery,
@@ -186,6 +187,10 @@ class CeleryTarget:
         }
         with self._lock:
             producer = self._open()
+            if given_up():  # the connection took past the relay's deadline: it handed the job
+                # back, so sending it now would only make a second copy
+                raise TargetUnavailable(f"{self.name}: connected after the relay's deadline; "
+                                        "nothing sent")
             extra = {"mandatory": True, "confirm_timeout": self.confirm_timeout} if self._amqp else {}
             self._returned.pop(task_id, None)
             try:

@@ -158,6 +158,37 @@ def test_relay_command_refuses_bad_config_and_unloadable_app_with_messages(tmp_p
     assert "Traceback" not in result.stderr
 
 
+def test_a_broker_url_celery_has_no_transport_for_is_refused_at_start(tmp_path):
+    """``broker = "amqqp://..."`` (a typo) passed validate and started the relay, whose every
+    publish then failed (kombu's KeyError), with no word in the log, until each job was a dead
+    letter. Now validate and relay refuse it; so does relay for an app whose broker URL is."""
+    import os
+
+    url = tmp_path / "url.toml"
+    url.write_text('[targets.c]\nkind = "celery"\nbroker = "amqqp://guest:guest@127.0.0.1:5672//"\n'
+                   '[[routes]]\ntasks = ["*"]\ntarget = "c"\n')
+    result = _validate("--relay-config", str(url))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{url}:3: target 'c': broker: no such Celery transport 'amqqp'" in result.stdout
+    result = subprocess.run([cronkeeper_exe(), "relay", "--config", str(url),
+                             "--metrics-address", "off"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no such Celery transport 'amqqp'" in result.stderr
+    assert "Traceback" not in result.stderr
+    (tmp_path / "typo_app.py").write_text(
+        "from celery import Celery\napp = Celery('t', broker='amqqp://127.0.0.1//')\n")
+    app = tmp_path / "app.toml"
+    app.write_text('[targets.c]\nkind = "celery"\napp = "typo_app:app"\n'
+                   '[[routes]]\ntasks = ["*"]\ntarget = "c"\n')
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path),
+                                                       os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([cronkeeper_exe(), "relay", "--config", str(app),
+                             "--metrics-address", "off"], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "target c: unusable broker URL: KeyError" in result.stderr
+    assert "No such transport: amqqp" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_claims_follow_task_and_schedule_routes(engine, schema, tmp_path):
     """The relay's claim takes exactly the jobs its routes match (schedule globs, task globs,
     both); the worker's claim takes exactly the others once the routes are registered."""

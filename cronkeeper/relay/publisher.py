@@ -112,6 +112,9 @@ class Publisher:
                 m.relay_failed(route.target)
                 out.failed.append(self._failure(job, PublishError(f"{type(exc).__name__}: {exc}")))
                 out.schedules[job.id] = job.schedule
+                log.warning("publish failed: job=%d key=%s attempt=%d target=%s error=%s: %s",
+                            job.id, job.key, job.attempt, route.target, type(exc).__name__, exc,
+                            extra={"action": "publish_failed"})
                 continue
             self._rest[route.target].reset()
             self._rest_until.pop(route.target, None)

@@ -67,6 +67,9 @@ def check(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     if has_broker and not (isinstance(settings["broker"], str) and "://" in settings["broker"]):
         found.append(("broker", "broker: expected a URL such as amqp://user:pass@host:5672// "
                       "or redis://host:6379/0"))
+    elif has_broker and (unknown := _unknown_transports(settings["broker"])):
+        found.append(("broker", f"broker: no such Celery transport {', '.join(unknown)} "
+                      "(amqp://, redis://, sqs://... as in Celery's broker_url)"))
     if "backend" in settings and not isinstance(settings["backend"], str):
         found.append(("backend", "backend: expected a URL such as redis://host:6379/1"))
     for key in ("confirm_timeout", "connect_timeout"):
@@ -100,6 +103,12 @@ def build(name: str, settings: Mapping[str, Any]) -> CeleryTarget:
     else:
         app = celery.Celery(f"cronkeeper-relay-{name}", broker=settings["broker"],
                             backend=settings.get("backend"), set_as_current=False)
+    try:  # builds kombu's connection object, no I/O: an unknown transport fails here, not
+        # at each publish (where it dead-lettered every job, with no word in the log)
+        app.connection_for_write().release()
+    except Exception as exc:  # noqa: BLE001 - kombu raises KeyError, ImportError...
+        raise PermanentPublishError(
+            f"target {name}: unusable broker URL: {_describe(exc)}") from exc
     return CeleryTarget(
         name, app,
         confirm_timeout=parse_duration(settings.get("confirm_timeout", "10s")),
@@ -244,6 +253,18 @@ def _classify(name: str, exc: Exception) -> PublishError:
     # possibly this message's doing, so it counts as this job's failed attempt.
     return PublishError(f"{name}: connection lost while publishing (ambiguous: retried with the "
                         f"same task id): {text}")
+
+
+def _unknown_transports(broker: str) -> list[str]:
+    """The transports of a broker URL (``;``-separated failover URLs; ``sqla+postgresql://``
+    names ``sqla``) that kombu does not know; none when kombu is not installed (``build``
+    then says so)."""
+    try:
+        from kombu.transport import TRANSPORT_ALIASES
+    except ImportError:
+        return []
+    schemes = (url.strip().split("://", 1)[0].split("+", 1)[0] for url in broker.split(";"))
+    return [repr(s) for s in schemes if s and s not in TRANSPORT_ALIASES]
 
 
 def _timed_out(exc: BaseException | None) -> bool:

@@ -42,7 +42,7 @@ class _Lane:
     dripping socket must not hold the process at exit)."""
 
     def __init__(self, name: str) -> None:
-        self.calls: queue.Queue[tuple[Callable[[], Any], Future[Any], threading.Event]] = \
+        self.calls: queue.Queue[tuple[Callable[[], Any], Future[Any], threading.Event] | None] = \
             queue.Queue()
         self.stuck: Future[Any] | None = None  # a call that outlived its deadline, still running
         self.thread = threading.Thread(target=self._run, name=f"relay-target-{name}", daemon=True)
@@ -50,7 +50,10 @@ class _Lane:
 
     def _run(self) -> None:
         while True:
-            call, future, _current.gave_up = self.calls.get()
+            item = self.calls.get()
+            if item is None:
+                return
+            call, future, _current.gave_up = item
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -62,6 +65,11 @@ class _Lane:
 class Lanes:
     def __init__(self, names: list[str]) -> None:
         self._lanes = {name: _Lane(name) for name in names}
+
+    def close(self) -> None:
+        """End the threads (a stuck one once its call ends)."""
+        for lane in self._lanes.values():
+            lane.calls.put(None)
 
     def stuck(self, name: str) -> bool:
         """Whether a call of this target outlived its deadline and is still running."""

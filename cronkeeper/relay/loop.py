@@ -131,6 +131,7 @@ class Relay:
             except Exception as exc:  # noqa: BLE001 - closing must not hide the stop
                 log.warning("target close failed: target=%s error=%s", target.name, exc,
                             extra={"action": "target_close_failed"})
+        self.publisher.lanes.close()
         self.db.close_kept()
         log.info("relay stopped: relay=%s stats=%s", self.relay_id, self.stats,
                  extra={"action": "relay_stopped"})

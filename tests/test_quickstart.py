@@ -1,7 +1,7 @@
 """The README's quick start, end to end, on a clean schema: `cronkeeper run --schedules
 examples/schedules/ --with-worker` from the repository's root fires `hello`, the worker started
-beside it runs the job and it succeeds; `history` says so and `cronkeeper web` shows the
-period in the strip; Ctrl-C stops both processes. (The README's command uses the embedded
+beside it runs the job and it succeeds; `output` prints what it logged, `history` says so
+and `cronkeeper web` shows the period in the strip; Ctrl-C stops both processes. (The README's command uses the embedded
 PostgreSQL; here the test database stands in for it.)"""
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ def test_quick_start_runs_a_job_end_to_end_and_the_web_shows_it(database_url, sc
             assert db.execute("SELECT count(*) FROM outbox WHERE state = 'dead'").fetchone()[0] == 0
         text = log.read_text()
         assert "hello from cronkeeper: job hello@" in text, text[-3000:]
+        # What the README points at next: `cronkeeper output KEY` prints what the job logged
+        # (the example's records, kept with its attempt; not cronkeeper's own logger's).
+        key = re.search(r"job (hello@\S+Z) ran", text)[1]
+        output = subprocess.run(
+            [CRONKEEPER, "output", key, "--database-url", database_url, "--schema", schema],
+            capture_output=True, text=True, timeout=60)
+        assert output.returncode == 0, output.stderr
+        assert re.search(rf"INFO examples\.handlers: hello from cronkeeper: job {re.escape(key)} "
+                         r"ran \(attempt 1\)", output.stdout), output.stdout + output.stderr
 
         history = subprocess.run(
             [CRONKEEPER, "history", "hello", "--since", "10m", "--format", "json",

@@ -123,7 +123,15 @@ def import_modules(names: list[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - reported as a usage error
             from cronkeeper.errors import UsageError
 
-            raise UsageError(f"--import {module_name}: {type(exc).__name__}: {exc}") from None
+            hint = ""
+            missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+            if missing and (module_name == missing or module_name.startswith(missing + ".")):
+                # The module itself (or its package) is not found, not one it imports: the
+                # `cronkeeper` script's path holds its own environment, not the current directory.
+                hint = (" (the worker imports from its own Python environment, whose path does "
+                        "not include the current directory: install the package there, or set "
+                        "PYTHONPATH)")
+            raise UsageError(f"--import {module_name}: {type(exc).__name__}: {exc}{hint}") from None
 
 
 def _annotated_shape(func: Handler) -> type | None:

@@ -44,7 +44,10 @@ def attempt_output(engine: Engine, key: str, attempt: int | None = None) -> Atte
         row = attempts_output_by_key(conn, key, attempt)
     if row is None:
         raise OutputNotFound(f"no job with key {key!r} (pruned after retention, never "
-                             "emitted, or a typo: `cronkeeper history` lists the keys)")
+                             "emitted, or a typo: a period's key is NAME@INSTANT in UTC, "
+                             "e.g. backup@2026-03-08T07:00:00Z, each period's scheduled_for in "
+                             "`cronkeeper history NAME --format json`; `cronkeeper dlq list` "
+                             "shows dead jobs' keys)")
     if row["attempt"] is None:
         if attempt is None:
             raise OutputNotFound(f"job {key!r} has no attempt yet")

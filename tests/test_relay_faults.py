@@ -137,3 +137,48 @@ target = "rq-main"
     assert scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'dead'") == 0
     assert scalar(engine, "SELECT count(*) FROM attempts WHERE outcome = 'retry'") == 0
     assert [h["id"] for h, _ in drain_amqp(queue, expect=1)] == ["slow"]
+
+
+def test_a_dripping_status_answer_holds_no_publish_of_another_target(
+        engine, schema, private_redis, tmp_path):  # noqa: F811
+    """The relay asks RQ about the jobs it published (the completions poll) on the loop that
+    also claims and publishes. With one target's Redis answering a byte every 3 s (each read
+    inside its socket timeout), one status question took over half a minute, and the loop
+    published nothing for any target meanwhile. Asked on the target's own lane and waited for a
+    quarter of the lease, it holds back only that target; the healthy one keeps publishing."""
+    proxy = TcpProxy(private_redis.port)
+    config = write_config(tmp_path, f"""
+name = "{unique('relay')}"
+lease = "8s"
+poll_interval = "0.05s"
+status_interval = "0.2s"
+[targets.rq-slow]
+kind = "rq"
+redis = "redis://127.0.0.1:{proxy.port}/0"
+socket_timeout = 10
+[targets.rq-main]
+kind = "rq"
+redis = "{private_redis.url}"
+[[routes]]
+tasks = ["slow.*"]
+target = "rq-slow"
+[[routes]]
+tasks = ["relay_consumers.*"]
+target = "rq-main"
+""")
+    fresh = [f"fresh-{i}" for i in range(3)]
+    try:
+        put(engine, schema, "slow.report", {}, key="asked-about", max_attempts=1)
+        with RelayThread(engine, schema, config):
+            wait_until(lambda: _states(engine)["asked-about"] == "published",
+                       message="a job published to the target before it drips")
+            proxy.drip = 3.0  # its status is asked every round, and now answered slowly
+            time.sleep(1)  # a status round is under way
+            for key in fresh:
+                put(engine, schema, "relay_consumers.record", {}, key=key, max_attempts=1)
+            wait_until(lambda: {_states(engine)[k] for k in fresh} == {"published"}, timeout=20,
+                       message="the healthy target's jobs published while the other drips")
+            proxy.drip = 0.0
+    finally:
+        proxy.close()
+    assert scalar(engine, "SELECT count(*) FROM outbox WHERE state = 'dead'") == 0

@@ -1,18 +1,29 @@
 """Jobs the relay published, until their consumer ran them: every ``status_interval`` the relay
 asks the targets that can tell (``reports_completion``) about published jobs still inside their
-timeout, and records ``succeeded`` / ``dead`` with ``finished_at`` (docs/relay.md)."""
+timeout, and records ``succeeded`` / ``dead`` with ``finished_at`` (docs/relay.md).
+
+Each target is asked through ``call`` (the relay's lanes: on the target's own thread, waited for
+until a deadline): a broker that answers a byte at a time held the relay's one loop in a status
+round, publishing nothing meanwhile for any target, while the batch claimed ahead aged towards
+the end of its lease. A target that does not answer in time, or whose earlier call is still
+stuck, is asked again at a later round."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from cronkeeper.claiming import ClaimingDatabase
 from cronkeeper.db import outbox
-from cronkeeper.relay.targets.base import Completion, Target
+from cronkeeper.relay.targets.base import Completion, Target, TargetUnavailable
+
+Call = Callable[..., Any]  # call(target name, fn, *args): fn(*args), or TargetUnavailable
 
 _STATUS_BATCH = 500  # most published jobs asked about per status round
 
 
 def poll_completions(db: ClaimingDatabase, targets: dict[str, Target],
-                     stats: dict[str, int]) -> None:
+                     stats: dict[str, int], call: Call | None = None) -> None:
     """One status round: ask, then record what the targets know to be finished."""
     asking = [name for name, t in targets.items() if getattr(t, "reports_completion", True)]
     if not asking:
@@ -26,8 +37,15 @@ def poll_completions(db: ClaimingDatabase, targets: dict[str, Target],
     for name, jobs in by_target.items():
         target = targets[name]
         many = getattr(target, "status_many", None)  # one round trip for the lot
-        found = (many([j.target_id for j in jobs]) if many is not None
-                 else [target.status(j.target_id) for j in jobs])
+        asked = [j.target_id for j in jobs]
+
+        def ask(target: Target = target, many: Any = many, asked: list[str] = asked) -> list:
+            return many(asked) if many is not None else [target.status(i) for i in asked]
+
+        try:
+            found = ask() if call is None else call(name, ask)
+        except TargetUnavailable:  # no answer in time (or still stuck): asked again later
+            continue
         for job, state in zip(jobs, found, strict=True):
             if state is Completion.SUCCEEDED:
                 ids.append(job.id)

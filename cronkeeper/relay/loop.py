@@ -30,7 +30,9 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from cronkeeper import __version__, clock, metrics
 from cronkeeper.claiming import RECONNECT_CAP, ClaimingDatabase, ReconnectBackoff
@@ -107,7 +109,7 @@ class Relay:
                     claimed += self._serial_round()
                 if now >= next_status:
                     next_status = now + cfg.status_interval
-                    poll_completions(self.db, self.targets, self.stats)
+                    poll_completions(self.db, self.targets, self.stats, self._ask)
                 backoff.reset()
                 self.stats["rounds"] += 1
             except DatabaseError:
@@ -167,6 +169,11 @@ class Relay:
                 exclude_tasks=["command"], routes=self.routes, lease=cfg.lease,
             )
         return jobs, claimed_at
+
+    def _ask(self, name: str, fn: Callable[[], Any]) -> Any:
+        """A status question to target ``name`` on its lane (``relay.lanes``), waited for a
+        quarter of the lease at most: the batch claimed ahead must not age past its lease."""
+        return self.publisher.lanes.call(name, clock.monotonic() + self.config.lease / 4, fn)
 
     def _round(self) -> int:
         """Publish one batch. A full batch means more is probably waiting: the next claim then

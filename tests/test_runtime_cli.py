@@ -10,6 +10,7 @@ from datetime import timedelta
 import psycopg
 import pytest
 from click.testing import CliRunner
+from daemon_harness import wait_for
 from prometheus_client import CollectorRegistry
 
 from cronkeeper import metrics as m
@@ -174,3 +175,39 @@ def test_a_runtime_schedule_shows_wherever_a_file_schedule_does(database_url, sc
         "schedule": "rt", "owner": "team-r", "source": "runtime"}) == 1
     assert reg.get_sample_value("cronkeeper_schedule_info", {
         "schedule": "filed", "owner": "", "source": "file"}) == 1
+
+
+def test_backfill_and_trigger_emit_nothing_after_a_delete_no_leader_has_adopted(
+        database_url, schema, raw):
+    """SPEC §15's fence holds for an operator's claim too: a runtime schedule deleted while no
+    leader runs (or before the leader looks) is not backfilled past its delete, nor triggered;
+    put again, it waits for a leader to adopt the new incarnation. Before the fix backfill
+    emitted the periods between the delete and now by the deleted version."""
+    every_second = {"every": "1s", "timezone": "UTC", "misfire": "skip", "task": "t"}
+    with psycopg.connect(database_url) as conn:
+        schedules.put(conn, "gone", every_second, schema=schema)
+        conn.commit()
+    adopt(raw, "gone")
+    with psycopg.connect(database_url) as conn:
+        assert schedules.delete(conn, "gone", schema=schema)
+        conn.commit()
+    deleted_at = raw.execute("SELECT deleted_at FROM runtime_schedules WHERE name = 'gone'"
+                             ).fetchone()[0]
+    wait_for(lambda: db_now(raw) > deleted_at + timedelta(seconds=2), 30, "periods past the delete")
+    window = ["--from", (deleted_at - timedelta(seconds=30)).isoformat(),
+              "--to", db_now(raw).isoformat()]
+    back = invoke(database_url, schema, "backfill", "gone", *window)
+    assert back.exit_code == 1
+    assert "'gone' was deleted at runtime at " in back.output, back.output
+    trig = invoke(database_url, schema, "trigger", "gone")
+    assert trig.exit_code == 1 and "deleted at runtime" in trig.output, trig.output
+    assert raw.execute("SELECT count(*) FROM periods WHERE schedule = 'gone'"
+                       " AND scheduled_for > %s", (deleted_at,)).fetchone()[0] == 0
+    assert raw.execute("SELECT count(*) FROM outbox WHERE schedule = 'gone'").fetchone()[0] == 0
+
+    with psycopg.connect(database_url) as conn:  # put again: another incarnation, not adopted
+        schedules.put(conn, "gone", every_second, schema=schema)
+        conn.commit()
+    again = invoke(database_url, schema, "backfill", "gone", *window)
+    assert again.exit_code == 1 and "deleted and put again" in again.output, again.output
+    assert raw.execute("SELECT count(*) FROM outbox WHERE schedule = 'gone'").fetchone()[0] == 0

@@ -283,6 +283,20 @@ def runtime_fence(conn: psycopg.Connection, names: Sequence[str]) -> dict[str, i
     ).fetchall())
 
 
+def runtime_hold(conn: psycopg.Connection, name: str) -> tuple[int, Any] | None:
+    """(incarnation, deleted_at) of the runtime schedule ``name``, its row locked FOR KEY SHARE
+    until the caller's transaction ends; None when no runtime schedule has the name. The fence
+    of an operator's claim (``backfill``, ``trigger``), as ``runtime_fence`` is the leader's:
+    a delete in flight is waited for, not skipped (an operator asks once and wants the answer),
+    and a delete that comes later waits for the claim, so nothing it writes is later than the
+    delete's commit."""
+    return conn.execute(
+        "SELECT incarnation, deleted_at FROM runtime_schedules WHERE name = %(name)s"
+        " FOR KEY SHARE",
+        {"name": name},
+    ).fetchone()
+
+
 def _duplicate(cause: BaseException | None) -> bool:
     """A unique violation, from psycopg or (through a SQLAlchemy connection) wrapped by it."""
     if isinstance(cause, psycopg.errors.UniqueViolation):

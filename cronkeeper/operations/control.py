@@ -13,6 +13,7 @@ from cronkeeper.db.engine import Engine, RawConnection, driver, translate_errors
 from cronkeeper.db.outbox import outbox_insert_manual
 from cronkeeper.db.periods import periods_decided
 from cronkeeper.db.periods_claims import ClaimBatch, periods_claim
+from cronkeeper.db.runtime_schedules import runtime_hold
 from cronkeeper.db.schedule_controls import controls_set
 from cronkeeper.db.schedule_versions import VersionRow, versions_all, versions_in_force
 from cronkeeper.db.sessions import db_now
@@ -21,7 +22,7 @@ from cronkeeper.planning import Decision, Outcome, Reason, manual_key
 from cronkeeper.schedule.diagnostics import safe
 from cronkeeper.schedule.model import read_stored_version
 from cronkeeper.scheduler import claim_add
-from cronkeeper.versions import job_columns, stored_spec
+from cronkeeper.versions import RUNTIME_ORIGIN, job_columns, stored_spec
 
 BACKFILL_LIMIT = 100_000
 OPERATOR_TERM = 0  # periods written by operator commands carry term 0
@@ -36,12 +37,37 @@ def live_version(conn: RawConnection, name: str) -> VersionRow:
         return live[name]
     hint = difflib.get_close_matches(name, list(live), n=1)
     suffix = f"; did you mean {hint[0]!r}?" if hint else ""
-    if any(v.schedule == name for v in versions):
-        raise CronkeeperError(f"schedule {safe(name)!r} was removed from the schedule files{suffix}")
+    gone = [v for v in versions if v.schedule == name]
+    if gone:
+        how = ("deleted at runtime" if gone[0].origin == RUNTIME_ORIGIN
+               else "removed from the schedule files")
+        raise CronkeeperError(f"schedule {safe(name)!r} was {how}{suffix}")
     raise CronkeeperError(
         f"no schedule {safe(name)!r} is known to the cluster (a leader records schedules "
         f"when it loads them){suffix}"
     )
+
+
+def fenced_version(conn: RawConnection, name: str) -> VersionRow:
+    """``live_version`` for a claim (``backfill``, ``trigger``): a runtime schedule's row is
+    held against a delete until the transaction ends (``runtime_hold``, the fence of SPEC
+    §15), and one deleted, or deleted and put again, since the leader last adopted it is
+    refused: nothing is emitted for it after the delete's commit, even before a leader has
+    recorded the removal (or when no leader runs)."""
+    version = live_version(conn, name)
+    if version.origin != RUNTIME_ORIGIN:
+        return version
+    held = runtime_hold(conn, name)
+    if held is not None and held[1] is None and held[0] <= version.id:
+        return version
+    if held is not None and held[1] is None:  # a later incarnation: deleted, then put again
+        raise CronkeeperError(
+            f"schedule {safe(name)!r} was deleted and put again at runtime, and no leader has "
+            f"adopted it yet: try again once one has (cronkeeper status shows the leader)")
+    when = f" at {held[1].astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" if held is not None else ""
+    raise CronkeeperError(
+        f"schedule {safe(name)!r} was deleted at runtime{when}: nothing of it is emitted after "
+        f"its delete")
 
 
 def set_paused(engine: Engine, name: str, paused: bool, who: str) -> None:
@@ -56,7 +82,7 @@ def trigger_job(engine: Engine, name: str) -> tuple[int, str]:
     """Write one manual job for a schedule now (no period is claimed): (job id, its key)."""
     with translate_errors("writing the job"), engine.begin() as conn:
         raw = driver(conn)
-        version = live_version(raw, name)
+        version = fenced_version(raw, name)
         spec, _ = stored_spec(version)
         now = db_now(raw)
         key = manual_key(spec.name, now)
@@ -78,7 +104,7 @@ def backfill(engine: Engine, name: str, after: datetime, until: datetime, *,
     check_window(after, until)
     with translate_errors("backfilling"), engine.begin() as conn:
         raw = driver(conn)
-        live_version(raw, name)
+        fenced_version(raw, name)  # (a delete committed later waits for this transaction)
         until = min(until, db_now(raw))
         batch = ClaimBatch()
         chosen: list[datetime] = []

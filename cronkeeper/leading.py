@@ -34,6 +34,7 @@ from cronkeeper.db import prune as dbp
 from cronkeeper.db.engine import DRIVER_ERRORS, describe, refuses_writes
 from cronkeeper.db.notifications import notifications_prune
 from cronkeeper.db.runtime_schedules import runtime_prune
+from cronkeeper.db.schedule_pauses import pauses_prune
 from cronkeeper.outage import OutageReport, kind_of
 from cronkeeper.runtime_adoption import record_calendars
 from cronkeeper.schedule.model import ScheduleSet
@@ -276,6 +277,8 @@ def prune(term: Term, options: LeaderOptions) -> None:
                                     batch=options.prune_batch)
         gone = runtime_prune(term.conn, days=options.retention_jobs_days,
                              batch=options.prune_batch)  # deleted runtime schedules
-    if any(counts) or notes or gone:
-        log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d tombstones=%d",
-                 *counts, notes, gone, extra={"action": "pruned"})
+        spans = pauses_prune(term.conn, days=options.retention_periods_days,
+                             batch=options.prune_batch)  # with the periods they judged
+    if any(counts) or notes or gone or spans:
+        log.info("pruned jobs=%d attempts=%d periods=%d notifications=%d tombstones=%d "
+                 "pause_spans=%d", *counts, notes, gone, spans, extra={"action": "pruned"})

@@ -1,7 +1,8 @@
 """What happens to each due period: a pure function of the spec, the due periods and the facts
-gathered at the moment they are decided (database now, paused, previous job unfinished).
+gathered at the moment they are decided (database now, the schedule's pause spans, previous job
+unfinished).
 
-    plan(spec, due, now, paused=..., busy=...) -> [Decision]
+    plan(spec, due, now, paused=spans, busy=...) -> [Decision]
 
 Rules (§6, §19):
 - calendar: a period whose local date (in the schedule's zone) its calendar lists is skipped
@@ -9,7 +10,11 @@ Rules (§6, §19):
   nor lateness, nor a busy previous job is its reason. With ``on_calendar = "next_day"`` the
   moved fires are periods of their own (the trigger names them: ``timing.calendars``), decided
   by the rules below like any other.
-- paused: every due period is skipped (reason ``paused``).
+- paused: a period due inside one of the schedule's pause spans, ``start <= p < end``
+  (``PauseSpan``), is skipped (reason ``paused``), however late it is decided: pause is judged
+  at each period's due instant (SPEC §4), so a period due before a pause and decided after it
+  (a tick a moment late, a catch-up after an outage) goes through the rules below, and one due
+  inside a span ended since is still skipped. ``paused=()``, the common case, costs nothing.
 - misfire ``skip``: a period more than ``grace`` late is skipped (``misfire``).
 - misfire ``catch_up``: periods at most ``catch_up_limit`` late are emitted, oldest first;
   older ones are skipped (``misfire``).
@@ -49,6 +54,18 @@ class Reason(StrEnum):
     COALESCED = "coalesced"
     BACKFILL = "backfill"
     CALENDAR = "calendar"
+
+
+# A span a schedule was paused, [start, end): start None is since ever (a pause an older
+# release wrote), end None is not resumed yet (db/schedule_pauses.py reads them).
+PauseSpan = tuple[datetime | None, datetime | None]
+ALWAYS_PAUSED: tuple[PauseSpan, ...] = ((None, None),)
+
+
+def paused_at(spans: Sequence[PauseSpan], period: datetime) -> bool:
+    """Whether ``period`` is due inside one of ``spans``: ``start <= period < end``."""
+    return any((start is None or start <= period) and (end is None or period < end)
+               for start, end in spans)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +162,7 @@ def plan(
     due: Sequence[datetime],
     now: datetime,
     *,
-    paused: bool,
+    paused: Sequence[PauseSpan],
     busy: bool,
 ) -> list[Decision]:
     if spec.calendar is not None:
@@ -161,11 +178,18 @@ def plan(
 
 
 def _plan(
-    spec: ScheduleSpec, due: Sequence[datetime], now: datetime, *, paused: bool, busy: bool
+    spec: ScheduleSpec, due: Sequence[datetime], now: datetime, *,
+    paused: Sequence[PauseSpan], busy: bool
 ) -> list[Decision]:
+    decisions: list[Decision] = []
     if paused:
-        return [Decision(p, Outcome.SKIPPED, Reason.PAUSED) for p in due]
-    emit, decisions = _apply_misfire(spec, due, now)
+        held = [paused_at(paused, p) for p in due]
+        if any(held):
+            decisions = [Decision(p, Outcome.SKIPPED, Reason.PAUSED)
+                         for p, h in zip(due, held, strict=True) if h]
+            due = [p for p, h in zip(due, held, strict=True) if not h]
+    emit, skipped = _apply_misfire(spec, due, now)
+    decisions += skipped
     for period in emit:
         if busy and spec.overlap is Overlap.SKIP:
             decisions.append(Decision(period, Outcome.SKIPPED, Reason.OVERLAP))

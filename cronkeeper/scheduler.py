@@ -16,13 +16,22 @@ from datetime import UTC, datetime, timedelta
 
 from cronkeeper import versions
 from cronkeeper.backoff import period_jitter
+from cronkeeper.db.engine import RawConnection
 from cronkeeper.db.notifications import Skipped, notifications_note_missed
 from cronkeeper.db.outbox import outbox_unfinished
 from cronkeeper.db.periods_claims import Claim, ClaimBatch, ClaimGroup, JobColumns, periods_claim
-from cronkeeper.db.schedule_controls import controls_paused
+from cronkeeper.db.schedule_pauses import pauses_spans
 from cronkeeper.db.sessions import db_now
 from cronkeeper.due import DueQueue, Memo
-from cronkeeper.planning import Decision, Outcome, Reason, idempotency_key, plan
+from cronkeeper.planning import (
+    Decision,
+    Outcome,
+    PauseSpan,
+    Reason,
+    idempotency_key,
+    paused_at,
+    plan,
+)
 from cronkeeper.runtime_adoption import RuntimeAdopter, held_back
 from cronkeeper.schedule.model import Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.term import Term
@@ -181,11 +190,7 @@ class Scheduler:
         for name in held_back(self.conn, states, due):  # the claim's fence: looked at again
             del due[name]
             self._due.push(now + FENCE_RETRY, name)
-        paused = controls_paused(self.conn)
-        busy = outbox_unfinished(
-            self.conn,
-            [n for n in due if states[n].spec.overlap is Overlap.SKIP and n not in paused],
-        )
+        paused, busy = _facts(self.conn, due, states)
         claims = periods_claim(self.conn, self._batches(due, now, paused, busy),
                                self.term.number, self.term.progress)
         missed = _missed(claims, states)
@@ -194,7 +199,8 @@ class Scheduler:
         return now, claims
 
     def _batches(
-        self, due: dict[str, Sequence[datetime]], now: datetime, paused: set[str], busy: set[str]
+        self, due: dict[str, Sequence[datetime]], now: datetime,
+        paused: dict[str, tuple[PauseSpan, ...]], busy: set[str]
     ) -> Iterator[ClaimBatch]:
         """The decisions as claim columns, planned lazily, ``BATCH_ROWS`` periods at a time.
         ``plan`` is pure, so schedules of one family with the same due periods (one list,
@@ -205,7 +211,7 @@ class Scheduler:
         states = self.states
         for name, periods in due.items():
             state = states[name]
-            is_paused, is_busy = name in paused, name in busy
+            is_paused, is_busy = paused.get(name, ()), name in busy  # (spans: mostly none)
             key = (id(periods), id(state.family), is_paused, is_busy)
             planned = plans.get(key)
             if planned is None:
@@ -247,6 +253,19 @@ class Scheduler:
             state.next_fire = next_fire(state.trigger, state.after)
             if state.next_fire is not None:
                 self._due.push(state.next_fire, name)
+
+
+def _facts(conn: RawConnection, due: dict[str, Sequence[datetime]],
+           states: dict[str, ScheduleState]) -> tuple[dict[str, tuple[PauseSpan, ...]], set[str]]:
+    """What the tick's periods are judged by besides the clock: each schedule's pause spans
+    that can hold one of them (pause is judged at each period's due instant, SPEC §4; none for
+    a cluster that pauses nothing: two index probes), and the overlap-skip schedules whose
+    previous job is unfinished (not asked of one whose every due period is paused)."""
+    paused = pauses_spans(conn, min(p[0] for p in due.values())) if due else {}
+    busy = outbox_unfinished(conn, [
+        n for n in due if states[n].spec.overlap is Overlap.SKIP
+        and not (n in paused and all(paused_at(paused[n], p) for p in due[n]))])
+    return paused, busy
 
 
 def _missed(claims: list[tuple[ClaimBatch, list[Claim]]],

@@ -42,7 +42,7 @@ SLOW_MODULES = frozenset({
     "test_worker_idempotency", "test_worker_isolation", "test_worker_lost_connection",
     "test_worker_pg_restart", "test_worker_pid_one", "test_worker_process", "test_worker_wakeups", "test_notify_daemons",
     "test_notify_faults", "test_notify_deadline",
-    "test_runtime_daemon", "test_runtime_unreadable"
+    "test_runtime_daemon", "test_runtime_unreadable", "test_daemon_pause"
 })
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cronkeeper.audit import Record, Version, audit_schedule, expected, iso_second, unix
 from cronkeeper.period_states import audit_states, state_letter
-from cronkeeper.planning import Outcome, plan
+from cronkeeper.planning import ALWAYS_PAUSED, Outcome, plan
 from cronkeeper.schedule.model import Misfire, OnCalendar, Overlap, ScheduleSpec
 from cronkeeper.timing.calendars import Calendar
 
@@ -83,7 +83,8 @@ class Leader:
         if not due:
             return
         decided_at = now + timedelta(milliseconds=5)  # the tick's confirm: a moment later
-        for d in plan(self.spec, due, decided_at, paused=paused, busy=busy):
+        for d in plan(self.spec, due, decided_at, paused=ALWAYS_PAUSED if paused else (),
+                     busy=busy):
             emitted = d.outcome is Outcome.EMITTED
             self.records[unix(d.scheduled_for)] = Record.of(
                 d.scheduled_for, d.outcome.value, d.reason.value if d.reason else None,

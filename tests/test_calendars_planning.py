@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from cronkeeper import metrics as m
 from cronkeeper.audit import Record, Version, audit_schedule
-from cronkeeper.planning import Decision, Outcome, Reason, calendar_mark, plan
+from cronkeeper.planning import ALWAYS_PAUSED, Decision, Outcome, Reason, calendar_mark, plan
 from cronkeeper.schedule.model import Misfire, OnCalendar, Overlap, ScheduleSet, ScheduleSpec
 from cronkeeper.timing.calendars import Calendar, MovedTrigger
 from cronkeeper.web.strip import CellState, build_strip
@@ -44,15 +44,15 @@ def test_listed_periods_are_skipped_for_the_calendar_before_any_other_rule():
     due = [utc("2026-12-23T14:00Z"), utc("2026-12-24T14:00Z"), utc("2026-12-25T14:00Z"),
            utc("2026-12-26T14:00Z")]
     now = utc("2026-12-26T14:00:30Z")
-    assert decided(plan(spec(), due, now, paused=False, busy=False)) == [
+    assert decided(plan(spec(), due, now, paused=(), busy=False)) == [
         ("2026-12-23T14:00Z", "skipped", "misfire"),  # late, and not listed
         ("2026-12-24T14:00Z", "skipped", "calendar"),  # late, but never meant to fire
         ("2026-12-25T14:00Z", "skipped", "calendar"),
         ("2026-12-26T14:00Z", "emitted", None),
     ]
-    assert decided(plan(spec(), due, now, paused=True, busy=False))[1:3] == [
+    assert decided(plan(spec(), due, now, paused=ALWAYS_PAUSED, busy=False))[1:3] == [
         ("2026-12-24T14:00Z", "skipped", "calendar"), ("2026-12-25T14:00Z", "skipped", "calendar")]
-    busy = plan(spec(overlap=Overlap.SKIP), due[1:], now, paused=False, busy=True)
+    busy = plan(spec(overlap=Overlap.SKIP), due[1:], now, paused=(), busy=True)
     assert decided(busy) == [("2026-12-24T14:00Z", "skipped", "calendar"),
                              ("2026-12-25T14:00Z", "skipped", "calendar"),
                              ("2026-12-26T14:00Z", "skipped", "overlap")]
@@ -61,7 +61,7 @@ def test_listed_periods_are_skipped_for_the_calendar_before_any_other_rule():
 def test_latest_coalesces_only_the_unlisted_late_periods():
     due = [utc("2026-12-23T14:00Z"), utc("2026-12-24T14:00Z"), utc("2026-12-25T14:00Z")]
     now = utc("2026-12-25T14:00:30Z")  # the last one is on time, but listed
-    assert decided(plan(spec(misfire=Misfire.LATEST), due, now, paused=False, busy=False)) == [
+    assert decided(plan(spec(misfire=Misfire.LATEST), due, now, paused=(), busy=False)) == [
         ("2026-12-23T14:00Z", "emitted", None),  # the newest late one: no on-time one follows
         ("2026-12-24T14:00Z", "skipped", "calendar"),
         ("2026-12-25T14:00Z", "skipped", "calendar"),
@@ -76,14 +76,14 @@ def test_latest_coalesces_only_the_unlisted_late_periods():
 def test_the_listed_date_is_the_local_date_in_the_schedules_zone(zone, listed):
     only_25th = Calendar.of("only-25th", [date(2026, 12, 25)])
     s = spec(zone=zone, calendar=only_25th)
-    (d,) = plan(s, [utc("2026-12-25T03:00Z")], utc("2026-12-25T03:00Z"), paused=False,
+    (d,) = plan(s, [utc("2026-12-25T03:00Z")], utc("2026-12-25T03:00Z"), paused=(),
                 busy=False)
     assert (d.reason is Reason.CALENDAR) is listed
 
 
 def test_a_schedule_without_a_calendar_plans_as_before():
     due = [utc("2026-12-25T14:00Z")]
-    assert plan(spec(calendar=None), due, due[0], paused=False, busy=False) == [
+    assert plan(spec(calendar=None), due, due[0], paused=(), busy=False) == [
         Decision(due[0], Outcome.EMITTED)]
 
 

@@ -246,6 +246,7 @@ DB_OTHER_MODULES = {
 DB_NOUNS = {
     "outbox": ("outbox_",), "periods": ("periods_",), "attempts": ("attempts_",),
     "schedule_versions": ("versions_",), "schedule_controls": ("controls_",),
+    "schedule_pauses": ("pauses_",),
     "instances": ("instances_",), "leadership": ("leadership_", "lock_"),
     "effects": ("effects_",), "relay_routes": ("relay_routes_",),
     "notifications": ("notifications_",), "notification_subjects": ("subjects_",),

@@ -326,7 +326,7 @@ def test_calendars_match_the_reference(zone: str) -> None:
                                 calendar=calendar, on_calendar=policy)
             fires = list(spec.trigger().fires(FROM - timedelta(seconds=1),
                                               UNTIL - timedelta(seconds=1)))
-            decisions = plan(spec, fires, UNTIL, paused=False, busy=False)
+            decisions = plan(spec, fires, UNTIL, paused=(), busy=False)
             emitted = [int(d.scheduled_for.timestamp()) for d in decisions
                        if d.outcome is Outcome.EMITTED]
             skipped = [int(d.scheduled_for.timestamp()) for d in decisions

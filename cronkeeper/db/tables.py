@@ -97,6 +97,14 @@ schedule_controls = sa.Table(
     sa.Column("changed_by", sa.Text, nullable=False),
 )
 
+# migrations/0016_schedule_pauses.sql: each span a schedule was paused, [paused_at, resumed_at)
+schedule_pauses = sa.Table(
+    "schedule_pauses", metadata,
+    sa.Column("schedule", sa.Text, primary_key=True),
+    sa.Column("paused_at", TS, primary_key=True),
+    sa.Column("resumed_at", TS),
+)
+
 periods = sa.Table(
     "periods", metadata,
     sa.Column("schedule", sa.Text, primary_key=True),
@@ -250,4 +258,14 @@ sa.Index(
 sa.Index(
     "notification_subjects_dead", notification_subjects.c.kind, notification_subjects.c.name,
     postgresql_where=sa.text("dead_letters > 0"),
+)
+# The open spans, one a schedule, and the resumed ones by when (db/schedule_pauses.py;
+# migrations/0016_schedule_pauses.sql).
+sa.Index(
+    "schedule_pauses_open", schedule_pauses.c.schedule, unique=True,
+    postgresql_where=sa.text("resumed_at IS NULL"),
+)
+sa.Index(
+    "schedule_pauses_resumed", schedule_pauses.c.resumed_at,
+    postgresql_where=sa.text("resumed_at IS NOT NULL"),
 )

@@ -14,7 +14,8 @@ from cronkeeper.db.outbox import outbox_insert_manual
 from cronkeeper.db.periods import periods_decided
 from cronkeeper.db.periods_claims import ClaimBatch, periods_claim
 from cronkeeper.db.runtime_schedules import runtime_hold
-from cronkeeper.db.schedule_controls import controls_set
+from cronkeeper.db.schedule_controls import controls_lock, controls_set
+from cronkeeper.db.schedule_pauses import pauses_begin, pauses_end
 from cronkeeper.db.schedule_versions import VersionRow, versions_all, versions_in_force
 from cronkeeper.db.sessions import db_now
 from cronkeeper.errors import CronkeeperError, UsageError
@@ -71,11 +72,20 @@ def fenced_version(conn: RawConnection, name: str) -> VersionRow:
 
 
 def set_paused(engine: Engine, name: str, paused: bool, who: str) -> None:
-    """Pause or resume a schedule that is in force."""
+    """Pause or resume a schedule that is in force: its controls row (what ``status`` and older
+    releases read) and its pause span (what the leader judges each period by, at its due
+    instant), with one instant, the database's clock as late in the transaction as it can be
+    taken: after the controls row is locked, so concurrent pauses and resumes of one schedule
+    follow each other."""
     with translate_errors("updating the schedule"), engine.begin() as conn:
         raw = driver(conn)
         live_version(raw, name)
-        controls_set(raw, name, paused, who)
+        was_paused, changed_at = controls_lock(raw, name)
+        if paused:
+            at = pauses_begin(raw, name, was_paused=was_paused, changed_at=changed_at)
+        else:
+            at = pauses_end(raw, name, was_paused=was_paused, changed_at=changed_at)
+        controls_set(raw, name, paused, who, at)
 
 
 def trigger_job(engine: Engine, name: str) -> tuple[int, str]:

@@ -168,16 +168,11 @@ LIMIT %(limit)s OFFSET %(offset)s
 """
 
 
-def outbox_dead_list(
-    conn: sa.Connection, *, schedule: str | None = None, task: str | None = None,
-    dead_before: datetime | None = None, dead_after: datetime | None = None,
-    ids: list[int] | None = None, limit: int = 1000, offset: int = 0,
-) -> list[dict[str, Any]]:
-    """Dead letters, oldest first, filtered by schedule, task, age (dead_at) or id; ``limit``
-    of them from the ``offset``-th (a page of the web's list)."""
-    params = {**DeadFilter(schedule, task, dead_before, dead_after,
-                           None if ids is None else tuple(ids)).params(),
-              "limit": limit, "offset": offset}
+def outbox_dead_list(conn: sa.Connection, chosen: DeadFilter, *, limit: int = 1000,
+                     offset: int = 0) -> list[dict[str, Any]]:
+    """The dead letters ``chosen`` selects (by schedule, task, age or id), oldest first;
+    ``limit`` of them from the ``offset``-th (a page of the web's list)."""
+    params = {**chosen.params(), "limit": limit, "offset": offset}
     cur = driver(conn).cursor(row_factory=dict_row)
     return cur.execute(_DEAD_LIST, params).fetchall()
 

@@ -73,10 +73,7 @@ def selected(engine: Engine, chosen: DeadFilter, limit: int = MAX_DOCUMENT,
              offset: int = 0) -> list[dict]:
     """A filter's dead letters, oldest first, ``limit`` of them from the ``offset``-th."""
     with translate_errors("reading dead letters"), engine.connect() as conn:
-        return db_outbox.outbox_dead_list(
-            conn, schedule=chosen.schedule, task=chosen.task, dead_before=chosen.dead_before,
-            dead_after=chosen.dead_after, ids=None if chosen.ids is None else list(chosen.ids),
-            limit=limit, offset=offset)
+        return db_outbox.outbox_dead_list(conn, chosen, limit=limit, offset=offset)
 
 
 def dead_page(engine: Engine, chosen: DeadFilter, page: int,
@@ -132,10 +129,16 @@ def selection(engine: Engine, chosen: DeadFilter) -> DeadSelection:
 def apply(engine: Engine, verb: str, ids: list[int]) -> list[int]:
     """Replay or discard exactly these dead letters (those still dead); returns the ids done."""
     with translate_errors(f"{verb} of dead letters"), engine.begin() as conn:
-        if verb == "replay":
-            db_attempts.attempts_archive(conn, ids)
-            return db_outbox.outbox_dead_replay(conn, ids)
-        return db_outbox.outbox_dead_discard(conn, ids)
+        return _act(conn, verb, ids)
+
+
+def _act(conn: Any, verb: str, ids: list[int]) -> list[int]:
+    """Replay (its attempts archived first) or discard these dead letters, in ``conn``'s
+    transaction; the ids done."""
+    if verb == "replay":
+        db_attempts.attempts_archive(conn, ids)
+        return db_outbox.outbox_dead_replay(conn, ids)
+    return db_outbox.outbox_dead_discard(conn, ids)
 
 
 class Verdict(StrEnum):
@@ -180,10 +183,7 @@ def apply_confirmed(engine: Engine, verb: str, chosen: DeadFilter, digest: str,
             return Verdict.CHANGED, now, []
         if typed != str(len(now.ids)):
             return Verdict.WRONG_COUNT, now, []
-        if verb == "replay":
-            db_attempts.attempts_archive(conn, now.ids)
-            return Verdict.DONE, now, db_outbox.outbox_dead_replay(conn, now.ids)
-        return Verdict.DONE, now, db_outbox.outbox_dead_discard(conn, now.ids)
+        return Verdict.DONE, now, _act(conn, verb, now.ids)
 
 
 def _item(row: dict) -> dict[str, Any]:

@@ -23,7 +23,7 @@ _STATUS_BATCH = 500  # most published jobs asked about per status round
 
 
 def poll_completions(db: ClaimingDatabase, targets: dict[str, Target],
-                     stats: dict[str, int], call: Call | None = None) -> None:
+                     stats: dict[str, int], call: Call) -> None:
     """One status round: ask, then record what the targets know to be finished."""
     asking = [name for name, t in targets.items() if getattr(t, "reports_completion", True)]
     if not asking:
@@ -35,15 +35,8 @@ def poll_completions(db: ClaimingDatabase, targets: dict[str, Target],
         by_target.setdefault(job.target, []).append(job)
     ids, states = [], []
     for name, jobs in by_target.items():
-        target = targets[name]
-        many = getattr(target, "status_many", None)  # one round trip for the lot
-        asked = [j.target_id for j in jobs]
-
-        def ask(target: Target = target, many: Any = many, asked: list[str] = asked) -> list:
-            return many(asked) if many is not None else [target.status(i) for i in asked]
-
         try:
-            found = ask() if call is None else call(name, ask)
+            found = call(name, _statuses, targets[name], [j.target_id for j in jobs])
         except TargetUnavailable:  # no answer in time (or still stuck): asked again later
             continue
         for job, state in zip(jobs, found, strict=True):
@@ -58,3 +51,9 @@ def poll_completions(db: ClaimingDatabase, targets: dict[str, Target],
         with db.statement("recording completions") as conn:
             n = outbox.outbox_published_finish(conn, ids=ids, states=states, note=note)
         stats["finished"] += n
+
+
+def _statuses(target: Target, target_ids: list[str]) -> list[Completion]:
+    """What ``target`` knows of these jobs: one round trip where it can (``status_many``)."""
+    many = getattr(target, "status_many", None)
+    return many(target_ids) if many is not None else [target.status(i) for i in target_ids]

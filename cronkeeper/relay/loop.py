@@ -170,10 +170,11 @@ class Relay:
             )
         return jobs, claimed_at
 
-    def _ask(self, name: str, fn: Callable[[], Any]) -> Any:
+    def _ask(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """A status question to target ``name`` on its lane (``relay.lanes``), waited for a
         quarter of the lease at most: the batch claimed ahead must not age past its lease."""
-        return self.publisher.lanes.call(name, clock.monotonic() + self.config.lease / 4, fn)
+        return self.publisher.lanes.call(name, clock.monotonic() + self.config.lease / 4, fn,
+                                         *args)
 
     def _round(self) -> int:
         """Publish one batch. A full batch means more is probably waiting: the next claim then
